@@ -193,6 +193,23 @@ fn last_words(message: &str) {
 /// are shown escaped, never in colour.
 fn clap_exit(e: clap::Error) -> ! {
     let to_stderr = e.use_stderr();
+    // clap's "invalid UTF-8 was detected in one or more arguments" named no
+    // argument (`hpc trace svg --title $'\xff'`): the first one that is not
+    // UTF-8 is named, with the flag it is given to.
+    if e.kind() == clap::error::ErrorKind::InvalidUtf8 {
+        if let Some(what) = not_utf8_argument(std::env::args_os()) {
+            last_words(&what);
+            std::process::exit(cmd::EXIT_ERROR);
+        }
+    }
+    // `hpc --help >&-`: the text went to the runtime's `/dev/null`, status 0.
+    if !to_stderr && cmd::stdout::closed_at_start() {
+        last_words(&format!(
+            "writing to standard output: {}",
+            cmd::stdout::closed_error()
+        ));
+        std::process::exit(cmd::EXIT_ERROR);
+    }
     let text = e.render();
     let terminal = if to_stderr {
         std::io::stderr().is_terminal()
@@ -216,6 +233,34 @@ fn clap_exit(e: clap::Error) -> ! {
         hpc_io::message::escape_controls(&text.to_string()).into_owned()
     };
     hpc_io::message::usage_exit("hpc", &text, to_stderr, e.exit_code())
+}
+
+/// Names the first of `args` (the program first) that is not valid UTF-8, and
+/// the flag it is the value of (`--title X`, `--title=X`), for a refusal.
+fn not_utf8_argument(args: impl IntoIterator<Item = std::ffi::OsString>) -> Option<String> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let args: Vec<std::ffi::OsString> = args.into_iter().collect();
+    let i = args.iter().skip(1).position(|a| a.to_str().is_none())? + 1;
+    let bytes = args[i].as_bytes();
+    let shown = hpc_io::message::escape_controls(&args[i].to_string_lossy()).into_owned();
+    let flag = match bytes.iter().position(|&b| b == b'=') {
+        Some(eq) if bytes.starts_with(b"--") => {
+            Some(String::from_utf8_lossy(&bytes[..eq]).into_owned())
+        }
+        _ => args[i - 1]
+            .to_str()
+            .filter(|p| i > 1 && p.starts_with('-') && *p != "--")
+            .map(str::to_string),
+    };
+    Some(match flag {
+        Some(f) => format!(
+            "the value of {} is not valid UTF-8 (shown with U+FFFD for the invalid bytes): {shown}; it takes text",
+            hpc_io::message::escape_controls(&f)
+        ),
+        None => format!(
+            "argument {i} is not valid UTF-8 (shown with U+FFFD for the invalid bytes): {shown}; it takes text"
+        ),
+    })
 }
 
 /// Colour in log lines only when stderr is a terminal and `NO_COLOR` is unset or

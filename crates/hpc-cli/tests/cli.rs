@@ -560,6 +560,64 @@ fn cluster_actions_say_when_the_docker_daemon_does_not_answer() {
     }
 }
 
+/// Hostile pass 21: two `hpc cluster up` of one cluster at once wrote each
+/// other's `slurm.conf` and both started the same containers (one failing on
+/// a name in use, or the cluster waiting 90 s for nodes another node count
+/// never had). The second is refused at once while the first runs; once it
+/// has ended, the next is taken.
+#[test]
+fn a_second_cluster_up_while_one_runs_is_refused() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let d = scratch("cluster-up-twice");
+    let exe = |p: &Path, text: &str| {
+        std::fs::write(p, text).unwrap();
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    };
+    // The daemon answers; the first `up` is held 4 s in `docker image
+    // inspect`; its `network create` fails, which ends its script.
+    exe(
+        &d.join("docker"),
+        "#!/bin/sh\ncase \"$1\" in\n  version) echo 24.0.0 ;;\n  image) sleep 4 ;;\n  network) exit 1 ;;\nesac\nexit 0\n",
+    );
+    let bin = d.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    exe(&bin.join("app"), "#!/bin/sh\n");
+    let up = || {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_hpc"));
+        c.args(["cluster", "up", "--nodes", "1", "--bin"])
+            .arg(&bin)
+            .env("PATH", format!("{}:/usr/bin:/bin", d.display()))
+            .env("HPC_CLUSTER_NAME", "t")
+            .env("HPC_CLUSTER_DIR", d.join("work"))
+            .env("HPC_CACHE_DIR", d.join("cache"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        c
+    };
+    let first = up().spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let second = up().output().unwrap();
+    let first = first.wait_with_output().unwrap();
+    let err = stderr(&second);
+    assert_eq!(second.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("cluster t: another hpc cluster up or down of it runs (it holds ")
+            && err.contains(".cluster.lock"),
+        "{err}"
+    );
+    // The first ran its script to its end (the failed `network create`).
+    assert!(!first.status.success(), "{}", stderr(&first));
+    // Ended, it holds nothing: the next `up` runs its script (held in `image`
+    // again, then ended by `network create`), its work folder taken.
+    let third = up().output().unwrap();
+    let err = stderr(&third);
+    assert!(
+        !err.contains("another hpc cluster up") && !err.contains("not a cluster's"),
+        "{err}"
+    );
+    assert_eq!(third.status.code(), first.status.code(), "{err}");
+}
+
 /// Hostile-user pass 19: as root, `hpc man --dir /` wrote its twelve pages
 /// into `/`, `--dir /etc/x` into `/etc`. A folder of the system is refused
 /// naming the flag, nothing written; a manual section folder is not refused
@@ -1098,6 +1156,156 @@ fn output_to_a_full_device_is_an_error_naming_the_stream_never_a_panic() {
         );
     }
     let _ = std::fs::remove_dir_all(&s);
+}
+
+/// A standard output closed when `hpc` starts (`hpc topo >&-`): the Rust
+/// runtime opens `/dev/null` in its place before `main`, and the output went
+/// there with status 0; `hpc run` forwarded the ranks' lines there too
+/// (hostile pass 20). Each says so, with the status of a failed write.
+#[test]
+fn output_to_a_closed_standard_output_is_an_error_not_lost() {
+    let s = scratch("closed-stdout");
+    let new_dir = s.join("app");
+    let new_dir = new_dir.to_str().unwrap();
+    let hpc_bin = env!("CARGO_BIN_EXE_hpc");
+    let cases: Vec<(Vec<&str>, i32)> = vec![
+        (vec!["topo"], 2),
+        (vec!["doctor"], 2),
+        (vec!["selftest"], 2),
+        (vec!["completions", "bash"], 2),
+        (vec!["new", new_dir, "--vcs", "none"], 2),
+        (vec!["--help"], 2),
+        (vec!["run", "-n", "2", "--", hpc_bin, "selftest"], 125),
+    ];
+    for (args, code) in cases {
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(r#"exec "$0" "$@" >&-"#)
+            .arg(hpc_bin)
+            .args(&args)
+            .env_remove("HPC_RANK")
+            .output()
+            .unwrap();
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(code), "hpc {args:?} >&-: {err}");
+        assert!(
+            err.contains("standard output") && err.contains("was closed when hpc started"),
+            "hpc {args:?} >&-: {err}"
+        );
+    }
+    // Sent to `/dev/null` on purpose, the output is thrown away without a word.
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(r#"exec "$0" run -n 2 -- "$0" selftest >/dev/null"#)
+        .arg(hpc_bin)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    // The ranks' standard error, closed (`2>&-`): their lines went to the
+    // runtime's `/dev/null` with status 0. The message is lost with the
+    // stream; the status says it. A rank that writes nothing there is fine.
+    for (script, code) in [("echo warn >&2", 125), ("echo out", 0)] {
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(r#"exec "$0" run -n 1 -- sh -c "$1" 2>&- >/dev/null"#)
+            .arg(hpc_bin)
+            .arg(script)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(code), "{script}");
+    }
+    let _ = std::fs::remove_dir_all(&s);
+}
+
+/// Hostile pass 20: `hpc man --dir D` (and `hpc trace merge`, which writes
+/// the same way) killed while it wrote left its temporary file
+/// (`.hpc.1.tmp-PID`, part written) in D for good. Killed in its first write
+/// here (a file size limit, its signal not ignored), it leaves nothing.
+#[test]
+fn a_writer_killed_while_it_writes_leaves_no_temporary() {
+    let s = scratch("killed-writer");
+    let dir = s.join("man");
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(r#"ulimit -f 2; exec "$0" man --dir "$1""#)
+        .arg(env!("CARGO_BIN_EXE_hpc"))
+        .arg(&dir)
+        .output()
+        .unwrap();
+    use std::os::unix::process::ExitStatusExt as _;
+    assert_eq!(out.status.signal(), Some(libc::SIGXFSZ), "{}", stderr(&out));
+    assert_eq!(tree(&dir), Vec::<String>::new(), "left in the folder");
+    let _ = std::fs::remove_dir_all(&s);
+}
+
+/// Hostile pass 21: a page (or `hpc trace merge`'s trace: the same writer)
+/// replaced came back with the default mode: one its owner had made private
+/// (0600) was readable by everyone (0644). The mode is kept, never a set-id bit.
+#[test]
+fn a_replaced_file_keeps_its_mode() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let s = scratch("keeps-mode");
+    let dir = s.join("man");
+    let page = dir.join("hpc.1");
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+    assert!(hpc(&["man", "--dir", dir.to_str().unwrap()])
+        .status
+        .success());
+    for (was, kept) in [(0o600, 0o600), (0o640, 0o640), (0o4755, 0o755)] {
+        std::fs::set_permissions(&page, std::fs::Permissions::from_mode(was)).unwrap();
+        let out = hpc(&["man", "--dir", dir.to_str().unwrap()]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert_eq!(mode(&page), kept, "a page of mode {was:o}");
+    }
+    let _ = std::fs::remove_dir_all(&s);
+}
+
+/// Hostile pass 21: a value that is not UTF-8 given to a flag that takes text
+/// (`hpc trace svg --title $'\xff'`, `--around`, `--log`) was refused with
+/// clap's "invalid UTF-8 was detected in one or more arguments", naming none.
+/// The flag is named, the value shown escaped.
+#[test]
+fn a_value_that_is_not_utf8_is_refused_naming_its_flag() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt as _;
+    let bad = OsStr::from_bytes(b"a\xff\x1b[31m");
+    let mut eq = std::ffi::OsString::from("--title=");
+    eq.push(bad);
+    let cases: Vec<(Vec<&OsStr>, &str)> = vec![
+        (
+            vec!["trace", "svg", "t.json", "-o", "t.svg", "--title"]
+                .into_iter()
+                .map(OsStr::new)
+                .chain([bad])
+                .collect(),
+            "the value of --title is not valid UTF-8",
+        ),
+        (
+            vec!["trace", "svg", "t.json", "-o", "t.svg"]
+                .into_iter()
+                .map(OsStr::new)
+                .chain([eq.as_os_str()])
+                .collect(),
+            "the value of --title is not valid UTF-8",
+        ),
+        (
+            vec![OsStr::new("--log"), bad, OsStr::new("topo")],
+            "the value of --log is not valid UTF-8",
+        ),
+    ];
+    for (args, want) in cases {
+        let out = Command::new(env!("CARGO_BIN_EXE_hpc"))
+            .args(&args)
+            .env_remove("HPC_LOG")
+            .output()
+            .unwrap();
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert!(err.contains("a\u{fffd}\\u{1b}[31m"), "{args:?}: {err}");
+        assert!(!err.contains('\x1b'), "{args:?}: {err}");
+    }
 }
 
 /// Two ranks given different tests waited for each other until the job's

@@ -363,6 +363,136 @@ fn output_is_tagged_unless_asked_not_to() {
     assert_eq!(lines, vec!["plain0", "plain1"]);
 }
 
+/// Hostile pass 21: `--no-tag` added a newline after a rank's last line that
+/// had none and inside every line longer than 64 KiB: a rank's data
+/// (`hpc run -n 1 --no-tag -- ./app > out.bin`) came out changed, status 0.
+/// Untagged, the bytes pass unchanged.
+#[test]
+fn untagged_output_is_passed_on_unchanged() {
+    let out = sh_job(
+        "1",
+        &["--no-tag"],
+        "head -c 200000 /dev/zero | tr '\\0' a; printf '\\nx\\0y'",
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut want = vec![b'a'; 200_000];
+    want.extend_from_slice(b"\nx\0y");
+    assert_eq!(out.stdout.len(), want.len());
+    assert!(out.stdout == want, "the output was changed");
+    // Tagged, every piece is a line of its own, as before.
+    let out = sh_job("1", &[], "printf 'no end'");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "[0] no end\n");
+}
+
+/// Hostile pass 21: once every rank had exited, `hpc run` waited 1 s for the
+/// output still on its way, then exited 0 without it: a reader that paused
+/// (`hpc run … | less` at a page's end) lost the end of the output (38,528
+/// of the last 100,000 bytes here). Output that `hpc run`'s own output has
+/// not taken yet is waited for; all of it arrives.
+#[test]
+fn output_a_slow_reader_has_not_taken_yet_is_not_lost() {
+    use std::io::Read as _;
+    let mut child = Command::new(HPC)
+        .args(["run", "-n", "1", "--no-tag", "--", "sh", "-c"])
+        .arg("head -c 10000000 /dev/zero")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let mut first = vec![0u8; 9_900_000];
+    out.read_exact(&mut first).unwrap();
+    // The reader pauses: the rank writes its last bytes into the pipes and ends.
+    std::thread::sleep(Duration::from_secs(3));
+    let mut rest = Vec::new();
+    out.read_to_end(&mut rest).unwrap();
+    let done = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&done.stderr);
+    assert_eq!(rest.len(), 100_000, "{err}");
+    assert!(done.status.success(), "{err}");
+}
+
+/// The wait above for a reader that does not read stops at
+/// `--time-limit`: the job ended in time, its output not taken, `hpc run`
+/// waited for its reader without end. It ends at the limit with 124.
+#[test]
+fn output_a_reader_never_takes_is_not_waited_for_past_the_time_limit() {
+    let mut child = Command::new(HPC)
+        .args(["run", "-n", "1", "--no-tag", "--time-limit", "3", "--"])
+        .args(["sh", "-c", "head -c 100000 /dev/zero"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Held open, never read: the rank's 100 kB fit the pipes and the
+    // forwarder's line, so the rank ends at once, the output not taken.
+    let _out = child.stdout.take().unwrap();
+    let t = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break Some(st);
+        }
+        if t.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let err = stderr_of(&mut child);
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(124),
+        "after {:?}: {err}",
+        t.elapsed()
+    );
+    assert!(
+        err.contains("time limit reached while the ranks' output was still being written"),
+        "{err}"
+    );
+}
+
+/// The wait for a reader that does not read ends at a signal: Ctrl-C after
+/// the job had ended, its output not taken, was ignored and `hpc run` waited on
+/// (while this branch was written: the wait had no bound then). It ends with
+/// 128 + SIGINT.
+#[test]
+fn a_signal_ends_the_wait_for_a_reader_that_does_not_read() {
+    let mut child = Command::new(HPC)
+        .args(["run", "-n", "1", "--no-tag", "--"])
+        .args(["sh", "-c", "head -c 100000 /dev/zero"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let _out = child.stdout.take().unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    // SAFETY: a signal to the child this test started and has not reaped.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+    let t = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break Some(st);
+        }
+        if t.elapsed() > Duration::from_secs(15) {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(128 + libc::SIGINT),
+        "after {:?}",
+        t.elapsed()
+    );
+}
+
 #[test]
 fn failing_rank_stops_the_job_with_its_code() {
     let (m, out, took) = marked_sh(
@@ -1149,7 +1279,8 @@ fn a_variable_that_is_not_utf8_reaches_the_ranks_untouched() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert!(!err.contains("panicked"), "{err}");
-    assert_eq!(out.stdout, b"a\xffb|b\xfe\n");
+    // Untagged, the bytes as the rank wrote them (no newline added).
+    assert_eq!(out.stdout, b"a\xffb|b\xfe");
     // One of hpc run's own settings: an error naming it, status 2.
     // HPC_LOG too, which clap would call an invalid argument.
     for name in ["HPC_TIMEOUT", "HPC_THREADS", "HPC_LOG"] {

@@ -34,6 +34,7 @@ pub fn missing_apptainer(out_dir: &Path, sif: &str, def: &str) -> String {
 /// SIF carries the image's labels (`apptainer inspect --json`), and records its path
 /// and size in `image.json`. Returns the SIF's path.
 pub fn build(out_dir: &Path, sif: &str, def: &str) -> Result<PathBuf> {
+    remove_stale_parts(out_dir, sif);
     if !crate::sys::has("apptainer") {
         bail!(missing_apptainer(out_dir, sif, def));
     }
@@ -51,6 +52,46 @@ pub fn build(out_dir: &Path, sif: &str, def: &str) -> Result<PathBuf> {
         return Err(e);
     }
     record(out_dir, &out_dir.join(sif))
+}
+
+/// Removes the parts of a SIF (`.SIF.tmp-PID`, often gigabytes) that builds of
+/// processes no longer running left in `out_dir`: a build killed while
+/// `apptainer build` wrote (SIGKILL, a crash) left its part for good, and every
+/// such build one more (hostile pass 21). The output folder is the caller's
+/// (one build at a time holds it), and a part of a process still running, or
+/// of another user's (its process cannot be asked), is left.
+pub fn remove_stale_parts(out_dir: &Path, sif: &str) {
+    let prefix = format!(".{sif}.tmp-");
+    let Ok(entries) = fs::read_dir(out_dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix(&prefix)) else {
+            continue;
+        };
+        let Ok(pid) = pid.parse::<libc::pid_t>() else {
+            continue;
+        };
+        if pid <= 0 || !e.file_type().is_ok_and(|t| t.is_file()) {
+            continue;
+        }
+        // SAFETY: signal 0 only asks whether the process exists; nothing is sent.
+        let gone = unsafe { libc::kill(pid, 0) } == -1
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        if gone {
+            match fs::remove_file(e.path()) {
+                Ok(()) => say!(
+                    "    removed {}, the part of a SIF an earlier build (pid {pid}) left",
+                    hpc_io::message::path(&e.path())
+                ),
+                Err(err) => say!(
+                    "    warning: cannot remove {}, the part of a SIF an earlier build left: {err}",
+                    hpc_io::message::path(&e.path())
+                ),
+            }
+        }
+    }
 }
 
 /// The time `apptainer inspect` of a built SIF is given (it reads the SIF's
@@ -146,6 +187,42 @@ pub fn sif_labels(json: &str) -> Result<serde_json::Map<String, Value>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Hostile pass 21: a build killed while `apptainer build` wrote left its
+    /// `.app.sif.tmp-PID` (gigabytes) for good. The next build removes the
+    /// parts of processes that no longer run, and only those.
+    #[test]
+    fn parts_of_sifs_that_dead_builds_left_are_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        // A process that has ended: its id, reaped, names no process.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let alive = std::process::id();
+        for n in [
+            format!(".app.sif.tmp-{dead}"),
+            format!(".app.sif.tmp-{alive}"),
+            format!(".other.sif.tmp-{dead}"),
+            "app.sif".to_string(),
+        ] {
+            fs::write(d.join(n), "part").unwrap();
+        }
+        remove_stale_parts(d, "app.sif");
+        let mut left: Vec<String> = fs::read_dir(d)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        let mut want = vec![
+            format!(".app.sif.tmp-{alive}"),
+            format!(".other.sif.tmp-{dead}"),
+            "app.sif".to_string(),
+        ];
+        want.sort();
+        assert_eq!(left, want);
+    }
 
     #[test]
     fn labels_are_read_from_inspect_output() {

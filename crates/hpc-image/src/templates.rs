@@ -69,6 +69,14 @@ pub fn fill(text: &str, vars: &BTreeMap<&str, String>) -> Result<String> {
         };
         let key = after[..j].trim();
         match vars.get(key) {
+            // A line break in a value made lines of its own in the file: in a
+            // definition's `%help`, a `%post` section that `apptainer build`
+            // runs as root; in the Containerfile, an instruction.
+            Some(v) if !MULTI_LINE.contains(&key) && v.contains(['\n', '\r']) => bail!(
+                "the value of {{{{{key}}}}} holds a line break, which would end its line of \
+                 the file and begin lines of its own: {}",
+                v.escape_debug()
+            ),
             Some(v) => out.push_str(v),
             None => bail!("template placeholder {{{{{key}}}}} has no value"),
         }
@@ -76,6 +84,39 @@ pub fn fill(text: &str, vars: &BTreeMap<&str, String>) -> Result<String> {
     }
     out.push_str(rest);
     Ok(out)
+}
+
+/// The placeholders whose values are lines, each made by this crate with its
+/// value escaped or quoted for the file it goes into; every other value is one
+/// line ([`fill`] refuses a line break in it).
+pub const MULTI_LINE: &[&str] = &[
+    "env_dockerfile",
+    "env_sh",
+    "labels_def",
+    "labels_dockerfile",
+];
+
+/// [`fill`] for an Apptainer definition, whose sections begin with a line
+/// starting with `%`: the filled text must begin the same sections as the
+/// template, in the same order, so that no value (a line of a multi-line one
+/// included) adds one (`%post`, run as root by `apptainer build`).
+pub fn fill_definition(text: &str, vars: &BTreeMap<&str, String>) -> Result<String> {
+    let filled = fill(text, vars)?;
+    let sections = |t: &str| -> Vec<String> {
+        t.lines()
+            .map(str::trim_start)
+            .filter(|l| l.starts_with('%'))
+            .map(str::to_string)
+            .collect()
+    };
+    let (want, got) = (sections(text), sections(&filled));
+    if want != got {
+        let extra: Vec<&String> = got.iter().filter(|l| !want.contains(l)).collect();
+        bail!(
+            "a value filled into the definition begins a section of its own ({extra:?}): refused"
+        );
+    }
+    Ok(filled)
 }
 
 /// The placeholder names a template uses, sorted.
@@ -106,6 +147,42 @@ mod tests {
         );
         assert!(fill("{{nope}}", &v).is_err());
         assert!(fill("{{app", &v).is_err());
+    }
+
+    /// Hostile pass 20: a bind path holding a line break ended its line of
+    /// the definition's `%help`, and what followed was lines of the file, a
+    /// `%post` section (run as root by `apptainer build`) among them. Such a
+    /// value is refused, naming the placeholder; a line of a multi-line value
+    /// that begins a section is refused too.
+    #[test]
+    fn a_value_with_a_line_break_makes_no_lines_of_its_own() {
+        let mut vars: BTreeMap<&str, String> = super::super::template_keys()
+            .iter()
+            .map(|&k| (k, "x".to_string()))
+            .collect();
+        let ok = fill_definition(APPTAINER_BIND.text, &vars).unwrap();
+        assert!(ok.contains("export APPTAINER_BIND=x"), "{ok}");
+        vars.insert(
+            "bind_paths",
+            "'/opt/mpi\n%post\n    touch /tmp/pwned'".to_string(),
+        );
+        let e = fill_definition(APPTAINER_BIND.text, &vars)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("{{bind_paths}} holds a line break"), "{e}");
+        assert!(e.contains("\\n%post"), "{e}");
+        vars.insert("bind_paths", "x".to_string());
+        vars.insert(
+            "env_sh",
+            "    export A='1\n%post\n touch /tmp/pwned'".to_string(),
+        );
+        let e = fill_definition(APPTAINER_HYBRID.text, &vars)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("begins a section of its own") && e.contains("%post"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -93,6 +93,10 @@ pub enum MergeError {
         /// What is wrong.
         why: String,
     },
+    /// A process file cannot be read (missing, a FIFO or a device, too large):
+    /// the error names it.
+    #[error(transparent)]
+    Read(#[from] hpc_io::read::ReadError),
     /// The files are of different jobs.
     #[error(
         "{} is {why}: the directory holds the files of more than one job; merge the files of \
@@ -236,7 +240,9 @@ fn read(path: &Path) -> Result<File, MergeError> {
         path: path.to_path_buf(),
         why,
     };
-    let bytes = hpc_io::read::read_regular(path, MAX_FILE_BYTES).map_err(|e| bad(e.to_string()))?;
+    // Its own error names the file (given to `Bad`, the path was said twice:
+    // "d/rank-1.json: d/rank-1.json is a FIFO").
+    let bytes = hpc_io::read::read_regular(path, MAX_FILE_BYTES)?;
     let file: File = serde_json::from_slice(&bytes).map_err(|e| {
         bad(if e.is_eof() {
             "the file ends early: it was cut short after it was finished (copied in part?)"

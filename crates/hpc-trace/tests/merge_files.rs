@@ -132,3 +132,23 @@ fn every_unfinished_file_is_named() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Hostile pass 21: a process file that is a FIFO or a device (a link to
+/// `/dev/zero`) was refused naming it twice ("d/rank-1.json: d/rank-1.json is
+/// a FIFO, not a regular file"). Named once, without waiting for a writer.
+#[test]
+fn a_process_file_that_cannot_be_read_is_named_once() {
+    let dir = hpc_test_support::TmpDir::new("hpc-trace", "merge-fifo");
+    std::fs::write(dir.join("rank-0.json"), file(0, "j", 2)).unwrap();
+    let one = dir.join("rank-1.json");
+    hpc_test_support::mkfifo(&one);
+    let e = hpc_trace::merge::merge_dir(&dir).unwrap_err().to_string();
+    let shown = hpc_io::message::path(&one).to_string();
+    assert!(e.contains("is a FIFO, not a regular file"), "{e}");
+    assert_eq!(e.matches(&shown).count(), 1, "{e}");
+    std::fs::remove_file(&one).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", &one).unwrap();
+    let e = hpc_trace::merge::merge_dir(&dir).unwrap_err().to_string();
+    assert!(e.contains("is a character device"), "{e}");
+    assert_eq!(e.matches(&shown).count(), 1, "{e}");
+}

@@ -447,6 +447,76 @@ fn script_args(action: &Action) -> Result<(Vec<OsString>, Option<usize>), UsageE
     Ok((args, None))
 }
 
+/// The file in the work folder that `up` and `down` lock ([`lock_work_folder`]).
+const LOCK_FILE: &str = ".cluster.lock";
+
+/// Holds the work folder `work` of cluster `name` for one `up` or `down` at a
+/// time, until the script this process becomes has ended (the lock's
+/// descriptor is left open across the `exec`). Two `up`s at once (another
+/// `--nodes`) wrote each other's `slurm.conf` and started containers under the
+/// same names: one failed on a name in use, or the cluster came up with the
+/// other's node count and waited 90 s for nodes that never came (hostile pass
+/// 21). The second is refused at once.
+fn lock_work_folder(work: &Path, name: &str) -> anyhow::Result<std::os::fd::OwnedFd> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    use std::os::unix::io::AsRawFd as _;
+    let path = work.join(LOCK_FILE);
+    // Never through a link, never a FIFO's open that waits; not truncated.
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(&path)
+        .with_context(|| {
+            format!(
+                "opening the cluster's lock {}",
+                hpc_io::message::path(&path)
+            )
+        })?;
+    if !f.metadata().is_ok_and(|m| m.is_file()) {
+        return Err(UsageError(format!(
+            "{} is not a regular file: remove it",
+            hpc_io::message::path(&path)
+        ))
+        .into());
+    }
+    // SAFETY: flock and fcntl on a descriptor this function owns (open until
+    // `f` is dropped); they touch no memory of this process.
+    let locked = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
+    if !locked {
+        let e = std::io::Error::last_os_error();
+        if e.kind() == std::io::ErrorKind::WouldBlock {
+            return Err(UsageError(format!(
+                "cluster {name}: another hpc cluster up or down of it runs (it holds {}); \
+                 wait for it to end",
+                hpc_io::message::path(&path)
+            ))
+            .into());
+        }
+        return Err(
+            anyhow::Error::new(e).context(format!("locking {}", hpc_io::message::path(&path)))
+        );
+    }
+    // Kept by the script after the `exec`: a duplicate without close-on-exec,
+    // numbered 10 or more, above the descriptors the script itself opens
+    // (8 and 9), which would close it.
+    // SAFETY: as above.
+    let high = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_DUPFD, 10) };
+    if high == -1 {
+        return Err(
+            anyhow::Error::new(std::io::Error::last_os_error()).context(format!(
+                "keeping {} open for the script",
+                hpc_io::message::path(&path)
+            )),
+        );
+    }
+    // SAFETY: `high` is a new descriptor that nothing else owns.
+    Ok(unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(high) })
+}
+
 /// Checks that the work folder `work` (from `HPC_CLUSTER_DIR`, or the default)
 /// is the cluster's own: missing, empty, or holding the `slurm.conf` that `up`
 /// writes (its first line says so). A folder of the user's (`HPC_CLUSTER_DIR=.`
@@ -459,6 +529,7 @@ fn check_work_folder(work: &Path) -> Result<(), UsageError> {
     let mut names: Vec<String> = entries
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n != LOCK_FILE)
         .collect();
     if names.is_empty() {
         return Ok(());
@@ -500,9 +571,9 @@ fn write_work_files(work: &Path, nodes: usize) -> anyhow::Result<()> {
     let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
     super::replace_file(&work.join("slurm.conf"), slurm_conf(nodes, cpus).as_bytes())?;
     let init = work.join("node-init.sh");
-    super::replace_file(&init, NODE_INIT.as_bytes())?;
-    std::fs::set_permissions(&init, std::fs::Permissions::from_mode(0o755))
-        .with_context(|| format!("making {} executable", hpc_io::message::path(&init)))?;
+    // Executable from the moment it has its name: the mode was set by path
+    // after the rename, on whatever the name held by then (hostile pass 20).
+    super::replace_file_with_mode(&init, NODE_INIT.as_bytes(), 0o755)?;
     Ok(())
 }
 
@@ -515,7 +586,22 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
     // `exec` in the script's first `docker ps` without end; its bounded
     // `docker version` names it in 30 s.
     check_docker(true)?;
+    // Held until the script ends: one `up` or `down` of a cluster at a time
+    // (the lock is made only in a folder that is the cluster's: a user's
+    // folder is refused, or left alone by `down`, before it is written).
+    let mut _lock = None;
+    if matches!(args.action, Action::Down)
+        && place.work.is_dir()
+        && check_work_folder(&place.work).is_ok()
+    {
+        _lock = Some(lock_work_folder(&place.work, &place.name)?);
+    }
     if let Some(nodes) = nodes {
+        check_work_folder(&place.work)?;
+        std::fs::create_dir_all(&place.work)
+            .with_context(|| format!("creating {}", hpc_io::message::path(&place.work)))?;
+        _lock = Some(lock_work_folder(&place.work, &place.name)?);
+        // Again, locked: another `up` may have written it meanwhile.
         check_work_folder(&place.work)?;
         write_work_files(&place.work, nodes)?;
         super::say(&format!(
@@ -1071,6 +1157,64 @@ mod tests {
         let conf = std::fs::read_to_string(w.join("slurm.conf")).unwrap();
         assert!(conf.contains("node[1-4]"), "{conf}");
         assert!(executable(&w.join("node-init.sh")));
+        let _ = std::fs::remove_dir_all(&s);
+    }
+
+    /// Hostile pass 20: `node-init.sh` was made executable by its path after
+    /// the rename, so a symbolic link put at that name in between (another
+    /// user of a shared work folder swapping it in) had its target made
+    /// 0755. The mode is set on the open file before the rename: a file the
+    /// link points to keeps its mode however often the name is swapped.
+    #[test]
+    fn node_init_is_made_executable_before_it_has_its_name() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let s = scratch("mode-by-file");
+        let w = s.join("w");
+        write_work_files(&w, 2).unwrap();
+        let victim = s.join("victim");
+        std::fs::write(&victim, "mine\n").unwrap();
+        std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let swapper = {
+            let (stop, w, victim) = (stop.clone(), w.clone(), victim.clone());
+            std::thread::spawn(move || {
+                use std::os::unix::ffi::OsStrExt as _;
+                let link = w.join(".swap");
+                let c = |p: &Path| std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+                let (from, to) = (c(&link), c(&w.join("node-init.sh")));
+                while !stop.load(Ordering::Relaxed) {
+                    if !link.is_symlink() {
+                        let _ = std::fs::remove_file(&link);
+                        std::os::unix::fs::symlink(&victim, &link).unwrap();
+                    }
+                    // The link and the name swapped in one step, again and
+                    // again: half of the time the name is the link.
+                    // SAFETY: two NUL-terminated paths that outlive the call.
+                    unsafe {
+                        libc::renameat2(
+                            libc::AT_FDCWD,
+                            from.as_ptr(),
+                            libc::AT_FDCWD,
+                            to.as_ptr(),
+                            libc::RENAME_EXCHANGE,
+                        )
+                    };
+                }
+            })
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        let mut writes = 0;
+        while std::time::Instant::now() < deadline {
+            write_work_files(&w, 2).unwrap();
+            writes += 1;
+            let mode = std::fs::metadata(&victim).unwrap().permissions().mode() & 0o777;
+            assert_eq!(
+                mode, 0o600,
+                "after {writes} writes, the link's target was chmod-ed"
+            );
+        }
+        stop.store(true, Ordering::Relaxed);
+        swapper.join().unwrap();
         let _ = std::fs::remove_dir_all(&s);
     }
 }

@@ -51,7 +51,7 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
     } else {
         report.to_text(use_color())
     };
-    let mut out = std::io::stdout().lock();
+    let mut out = super::stdout::Stdout;
     writeln!(out, "{}", text.trim_end()).context("writing the report to standard output")?;
     out.flush()
         .context("writing the report to standard output")?;

@@ -12,13 +12,18 @@
 //! the job. It asks for a signal when the front dies (`PR_SET_PDEATHSIG`) and also
 //! watches `getppid()`: if the front is killed, even by SIGKILL, the supervisor kills
 //! every process of the job and exits. When every rank has exited, it kills what is
-//! left of the job, then waits for the ranks' output at most [`OUTPUT_GRACE`].
+//! left of the job, then waits for the ranks' streams to end at most
+//! [`OUTPUT_GRACE`], and for what they hold to be written to its own output, which
+//! a slow reader takes when it takes it (unless a signal or `--time-limit` stopped
+//! the job).
 //!
 //! # Output
 //!
 //! Each rank's stdout and stderr are forwarded line by line with the rank's tag. A
 //! line longer than [`MAX_LINE`] is cut: each piece after the first is tagged
 //! `[R]+`, so a rank that prints without newlines costs at most that much memory.
+//! Without tags (`--no-tag`) the bytes are forwarded unchanged, no newline added
+//! (a piece of a longer line may then have another rank's line written after it).
 //! When `hpc run`'s own stdout or stderr is a broken pipe (`hpc run ... | head`),
 //! the job ends as Open MPI's `mpirun` ends it: the ranks are stopped (SIGTERM, then
 //! SIGKILL after the grace) and `hpc run` exits with 141 (128 + SIGPIPE), the status
@@ -37,8 +42,9 @@ use std::time::{Duration, Instant};
 /// Longest piece of a line forwarded at once; longer lines are cut.
 pub const MAX_LINE: usize = 64 << 10;
 
-/// How long `hpc run` waits for the ranks' output once every rank has exited and
-/// every process of the job has been killed.
+/// How long `hpc run` waits for the ranks' streams to end once every rank has
+/// exited and every process of the job has been killed (a stream held open by a
+/// process outside the job), counted from the last write to its own output.
 pub const OUTPUT_GRACE: Duration = Duration::from_secs(1);
 
 /// Writes a line to stderr; a closed stderr is not an error (nor a panic).
@@ -276,12 +282,16 @@ pub enum Output {
 /// than [`MAX_LINE`]. `name` is `stdout` or `stderr` (for the broken-pipe report).
 /// A thread that cannot be started (the process or thread limit reached) is the
 /// error, for the caller to stop the job: never a panic with the ranks left running.
+/// `writing` counts the forwarders in a write to `dst` (waiting for its reader,
+/// `hpc run … | less`), which the end of the job waits for ([`OUTPUT_GRACE`]
+/// bounds only the wait for a rank's stream to end).
 pub fn forward<R: Read + Send + 'static, W: Write + Send + 'static>(
     src: R,
     dst: Arc<Mutex<W>>,
     tag: Option<(String, String)>,
     name: &'static str,
     events: Sender<Output>,
+    writing: Arc<std::sync::atomic::AtomicUsize>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
         .name(format!("forward-{name}"))
@@ -291,13 +301,21 @@ pub fn forward<R: Read + Send + 'static, W: Write + Send + 'static>(
             let mut continued = false;
             let mut closed = false;
             let mut emit = |line: &mut Vec<u8>, continued: bool| {
-                if line.last() != Some(&b'\n') {
+                // A tagged piece is a line of its own. Untagged (`--no-tag`), the
+                // rank's bytes go on as they are: a newline added after its last
+                // unterminated line and in every line longer than the piece
+                // changed the output (a rank's data file, `> out.bin`), status 0.
+                if tag.is_some() && line.last() != Some(&b'\n') {
                     line.push(b'\n');
                 }
                 if closed {
                     return;
                 }
+                // Counted from before the lock: a forwarder waiting for another's
+                // write to a reader that does not read yet waits for it too.
+                writing.fetch_add(1, Ordering::SeqCst);
                 let Ok(mut out) = dst.lock() else {
+                    writing.fetch_sub(1, Ordering::SeqCst);
                     closed = true;
                     return;
                 };
@@ -308,6 +326,8 @@ pub fn forward<R: Read + Send + 'static, W: Write + Send + 'static>(
                     out.write_all(line)?;
                     out.flush()
                 })();
+                drop(out);
+                writing.fetch_sub(1, Ordering::SeqCst);
                 if let Err(e) = result {
                     // Keep draining the rank's pipe so that it never blocks on a full one,
                     // but write nothing more.
@@ -397,6 +417,7 @@ mod tests {
             tag,
             "stdout",
             tx,
+            Arc::default(),
         )
         .unwrap()
         .join()

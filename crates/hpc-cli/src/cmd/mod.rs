@@ -29,8 +29,10 @@ pub mod man;
 pub mod new;
 pub mod perftest;
 pub mod proxy;
+mod replace;
 pub mod run;
 pub mod selftest;
+pub mod stdout;
 pub mod topo;
 pub mod trace;
 pub mod values;
@@ -64,14 +66,17 @@ pub const EXIT_STATUS_HELP: &str = "Exit status:\n  \
     141  the output is a closed pipe (hpc ... | head -1), without a message; any other\n       \
     failed write of the output is an error naming the stream (2, 125 for hpc run)";
 
+pub use replace::{replace_file, replace_file_with_mode};
+
 /// Bad input, reported with exit status 2 and its message.
 pub use hpc_io::message::UsageError;
 
-/// Writes `bytes` to standard output and flushes it; the error names the stream.
+/// Writes `bytes` to standard output and flushes it; the error names the stream
+/// (one closed when `hpc` started included: [`stdout::Stdout`]).
 pub fn print_bytes(bytes: &[u8]) -> anyhow::Result<()> {
     use anyhow::Context as _;
     use std::io::Write as _;
-    let mut out = std::io::stdout().lock();
+    let mut out = stdout::Stdout;
     out.write_all(bytes)
         .and_then(|()| out.flush())
         .context("writing to standard output")
@@ -83,78 +88,6 @@ pub fn say(line: &str) -> anyhow::Result<()> {
     l.push_str(line);
     l.push('\n');
     print_bytes(l.as_bytes())
-}
-
-/// Writes `bytes` to `path`, replacing what is there, without following a symlink:
-/// the text goes into a new file beside it (`create_new`, so nothing planted is
-/// opened; a name already taken is left as it is and the next one tried), which
-/// is then renamed over `path` (a symlink at `path` is replaced, its target
-/// untouched). A directory at `path` is an error; a failure removes the
-/// temporary file this call made, never one it did not.
-pub fn replace_file(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> {
-    use anyhow::Context as _;
-    use std::io::Write as _;
-    /// How many temporary names are tried before giving up.
-    const TMP_NAMES: u32 = 64;
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => std::path::Path::new("."),
-    };
-    let name = path
-        .file_name()
-        .with_context(|| format!("{} names no file", hpc_io::message::path(path)))?;
-    let tmp_of = |n: u32| {
-        let mut tmp_name = std::ffi::OsString::from(".");
-        tmp_name.push(name);
-        tmp_name.push(format!(".tmp-{}", std::process::id()));
-        if n > 0 {
-            tmp_name.push(format!("-{n}"));
-        }
-        dir.join(tmp_name)
-    };
-    // Hostile pass 20: a `.NAME.tmp-PID` already there (planted, or left by
-    // another process of this id) was met with "File exists" and then removed
-    // as if it were this call's own.
-    let mut n = 0;
-    let (tmp, mut f) = loop {
-        let tmp = tmp_of(n);
-        match std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&tmp)
-        {
-            Ok(f) => break (tmp, f),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && n + 1 < TMP_NAMES => n += 1,
-            Err(e) => {
-                return Err(e).with_context(|| {
-                    format!(
-                        "writing {}: creating its temporary {}",
-                        hpc_io::message::path(path),
-                        hpc_io::message::path(&tmp)
-                    )
-                })
-            }
-        }
-    };
-    let written = (|| {
-        f.write_all(bytes)
-            .and_then(|()| f.sync_all())
-            .with_context(|| {
-                // The output named, not only its hidden temporary (hostile
-                // pass 20: "writing ./.big.json.tmp-PID: File too large").
-                format!(
-                    "writing {} (through its temporary {})",
-                    hpc_io::message::path(path),
-                    hpc_io::message::path(&tmp)
-                )
-            })?;
-        // Never over a directory, a device or a FIFO of that name.
-        Ok(hpc_io::atomic::rename_over(&tmp, path)?)
-    })();
-    if written.is_err() && hpc_io::atomic::still_at(&f, &tmp) {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    written
 }
 
 /// Refuses a request whose memory `need` (bytes, computed without overflow from the

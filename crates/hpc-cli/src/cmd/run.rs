@@ -22,8 +22,10 @@ use hpc_runtime::{env as henv, Coordinator};
 use crate::cmd::bind::{self, BindPolicy};
 
 mod program;
+mod supervision;
 use crate::cmd::job::{self, note};
 use program::{missing_loader, resolve_program};
+use supervision::Supervision;
 
 /// Hard upper bound on ranks per `hpc run` (a typo guard; one machine cannot host more).
 pub const MAX_RANKS: usize = 4096;
@@ -80,7 +82,8 @@ pub struct Args {
     #[arg(long)]
     pub show_placement: bool,
 
-    /// Do not prefix output lines with the rank.
+    /// Do not prefix output lines with the rank: the ranks' bytes are forwarded
+    /// unchanged (lines of several ranks are kept whole up to 64 KiB).
     #[arg(long)]
     pub no_tag: bool,
 
@@ -650,9 +653,13 @@ fn run_job(
     let width = (n - 1).to_string().len();
 
     install_signal_handlers();
-    let stdout = Arc::new(Mutex::new(std::io::stdout()));
-    let stderr = Arc::new(Mutex::new(std::io::stderr()));
+    // A standard output closed when `hpc run` started fails the first line
+    // written there (the runtime had put `/dev/null` in its place).
+    let stdout = Arc::new(Mutex::new(super::stdout::Stdout));
+    let stderr = Arc::new(Mutex::new(super::stdout::Stderr));
     let (out_tx, out_rx) = mpsc::channel::<job::Output>();
+    // The forwarders in a write to hpc run's own output ([`job::forward`]).
+    let writing = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut pids: Vec<u32> = Vec::with_capacity(n);
     let mut forwarders = 0usize;
     let started = Instant::now();
@@ -688,6 +695,7 @@ fn run_job(
                 tag.clone(),
                 "stdout",
                 out_tx.clone(),
+                writing.clone(),
             ));
         }
         if let Some(e) = child.stderr.take() {
@@ -697,6 +705,7 @@ fn run_job(
                 tag,
                 "stderr",
                 out_tx.clone(),
+                writing.clone(),
             ));
         }
         for s in streams {
@@ -724,6 +733,7 @@ fn run_job(
         first_failure: None,
         kill_at: None,
         interrupted: None,
+        out_of_time: false,
         forwarders_done: 0,
         failed_streams: Vec::new(),
         grace: Duration::from_secs_f64(args.kill_grace),
@@ -755,7 +765,7 @@ fn run_job(
     // Every rank has exited: nothing they started may outlive the job (a `setsid`
     // child holding a pipe open, say). Then their output is drained, bounded.
     job::kill_everything(Duration::from_secs(5), |_, _| {});
-    sv.drain(&out_rx, forwarders);
+    sv.drain(&out_rx, forwarders, &writing, time_limit, front);
     coord.shutdown();
     tracing::info!(elapsed = ?started.elapsed(), "job finished");
     if let Some(sig) = sv.interrupted {
@@ -771,192 +781,4 @@ fn run_job(
         }
         None => 0,
     })
-}
-
-/// What the supervisor knows of a running job: which ranks live, the first
-/// failure (rank or `usize::MAX`, message, exit status), the signal that
-/// interrupted it, and when the ranks still running get `SIGKILL`.
-struct Supervision<'a> {
-    pids: &'a [u32],
-    alive: Vec<bool>,
-    remaining: usize,
-    first_failure: Option<(usize, String, i32)>,
-    kill_at: Option<Instant>,
-    interrupted: Option<i32>,
-    forwarders_done: usize,
-    failed_streams: Vec<&'static str>,
-    grace: Duration,
-}
-
-impl Supervision<'_> {
-    /// Sends `sig` to the process group of every rank still alive.
-    fn stop_all(&self, sig: i32) {
-        for (r, &a) in self.alive.iter().enumerate() {
-            if a {
-                kill_group(self.pids[r], sig);
-            }
-        }
-    }
-
-    /// Whether nothing failed and no signal came yet.
-    fn quiet(&self) -> bool {
-        self.first_failure.is_none() && self.interrupted.is_none()
-    }
-
-    /// The first failure: the ranks get `SIGTERM` now and `SIGKILL` after the grace.
-    fn fail(&mut self, failure: (usize, String, i32)) {
-        self.first_failure = Some(failure);
-        self.stop_all(libc::SIGTERM);
-        self.kill_at = Some(Instant::now() + self.grace);
-    }
-
-    /// Says once per stream that the ranks' output to it is lost.
-    fn lost_output(&mut self, stream: &'static str, error: &str) {
-        // Said even after another failure: output was lost. Once per stream:
-        // every rank's forwarder of that stream fails the same way.
-        if !self.failed_streams.contains(&stream) {
-            note!("hpc run: cannot write the ranks' {stream}: {error}");
-            self.failed_streams.push(stream);
-        }
-    }
-
-    /// What a forwarder of the ranks' output reports while ranks run.
-    fn output(&mut self, o: job::Output) {
-        match o {
-            job::Output::Done => self.forwarders_done += 1,
-            job::Output::Closed(stream) => {
-                if self.quiet() {
-                    // As every subcommand: 141 without a message (`| head -1`).
-                    tracing::info!(%stream, remaining = self.remaining, "closed pipe; stopping the ranks");
-                    self.fail((
-                        usize::MAX,
-                        format!("{stream} closed"),
-                        super::EXIT_BROKEN_PIPE,
-                    ));
-                }
-            }
-            job::Output::Failed(stream, error) => {
-                self.lost_output(stream, &error);
-                if self.quiet() {
-                    note!("hpc run: stopping {} rank(s)", self.remaining);
-                    self.fail((
-                        usize::MAX,
-                        format!("writing {stream}: {error}"),
-                        super::EXIT_RUN_FAILED,
-                    ));
-                }
-            }
-        }
-    }
-
-    /// Rank `rank` exited with `status`: the coordinator learns it, and a
-    /// failure stops the others.
-    fn exited(&mut self, coord: &Coordinator, rank: usize, status: ExitStatus) {
-        if !self.alive[rank] {
-            return;
-        }
-        self.alive[rank] = false;
-        self.remaining -= 1;
-        // Whatever the rank left behind in its group goes with it.
-        kill_group(self.pids[rank], libc::SIGKILL);
-        let ok = status.success();
-        coord.rank_exited(rank, ok, describe(&status));
-        if !ok && self.quiet() {
-            let mut msg = format!(
-                "rank {rank} (pid {}) {}",
-                self.pids[rank],
-                describe(&status)
-            );
-            let mut code = exit_code_of(&status);
-            if let Some(mapped) = reserved_status(code) {
-                msg.push_str(&format!(
-                    " (hpc run keeps {code} for itself: its exit status is {mapped})"
-                ));
-                code = mapped;
-            }
-            if self.remaining > 0 {
-                note!(
-                    "hpc run: {msg}; stopping the other {} rank(s)",
-                    self.remaining
-                );
-            } else {
-                note!("hpc run: {msg}");
-            }
-            self.fail((rank, msg, code));
-        }
-    }
-
-    /// A signal to `hpc run`: passed on to the ranks; a second one kills them.
-    fn signal(&mut self, sig: i32) {
-        if self.interrupted.is_some() {
-            note!("hpc run: second signal, killing all ranks");
-            self.stop_all(libc::SIGKILL);
-        } else {
-            note!(
-                "hpc run: got {}, stopping {} rank(s)",
-                signal_name(sig),
-                self.remaining
-            );
-            self.interrupted = Some(sig);
-            self.stop_all(sig);
-            self.kill_at = Some(Instant::now() + self.grace);
-        }
-    }
-
-    /// The time limit (the ranks are stopped) and the end of the grace (the
-    /// ranks still running are killed).
-    fn deadlines(&mut self, time_limit: Option<Instant>) {
-        if let Some(limit) = time_limit {
-            if Instant::now() >= limit && self.kill_at.is_none() {
-                note!(
-                    "hpc run: time limit reached, stopping {} rank(s)",
-                    self.remaining
-                );
-                self.first_failure
-                    .get_or_insert((usize::MAX, "time limit reached".into(), 124));
-                self.stop_all(libc::SIGTERM);
-                self.kill_at = Some(Instant::now() + self.grace);
-            }
-        }
-        if let Some(t) = self.kill_at {
-            if Instant::now() >= t {
-                self.stop_all(libc::SIGKILL);
-                self.kill_at = Some(Instant::now() + Duration::from_secs(3600));
-            }
-        }
-    }
-
-    /// Drains the ranks' output once every rank exited, for at most
-    /// `job::OUTPUT_GRACE`.
-    fn drain(&mut self, out_rx: &mpsc::Receiver<job::Output>, forwarders: usize) {
-        let drain_until = Instant::now() + job::OUTPUT_GRACE;
-        while self.forwarders_done < forwarders {
-            let left = drain_until.saturating_duration_since(Instant::now());
-            match out_rx.recv_timeout(left) {
-                Ok(job::Output::Done) => self.forwarders_done += 1,
-                Ok(job::Output::Closed(_)) => {
-                    self.first_failure.get_or_insert((
-                        usize::MAX,
-                        "output closed".into(),
-                        super::EXIT_BROKEN_PIPE,
-                    ));
-                }
-                Ok(job::Output::Failed(stream, error)) => {
-                    self.lost_output(stream, &error);
-                    self.first_failure.get_or_insert((
-                        usize::MAX,
-                        format!("writing {stream}: {error}"),
-                        super::EXIT_RUN_FAILED,
-                    ));
-                }
-                Err(_) => {
-                    tracing::warn!(
-                        streams = forwarders - self.forwarders_done,
-                        "output still open after every process of the job ended; not waiting for it"
-                    );
-                    break;
-                }
-            }
-        }
-    }
 }

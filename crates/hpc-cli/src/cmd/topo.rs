@@ -101,7 +101,7 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
     };
     let topo =
         Topology::load(&source).with_context(|| format!("loading the topology of {source}"))?;
-    let mut out = std::io::stdout().lock();
+    let mut out = super::stdout::Stdout;
     let Some(ranks) = args.ranks else {
         if args.json {
             let doc = serde_json::json!({ "schema_version": SCHEMA_VERSION, "topology": topo });

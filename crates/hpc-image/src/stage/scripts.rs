@@ -49,8 +49,12 @@ pub(crate) fn write(inputs: &Inputs<'_>, out_dir: &Path, pr: &mut Progress) -> R
     };
     let mut written_files = Vec::new();
     for t in std::iter::once(def_template).chain(templates::COMMON.iter()) {
-        let text =
-            templates::fill(t.text, &vars).with_context(|| format!("template {}", t.name))?;
+        let text = if std::ptr::eq(t, def_template) {
+            templates::fill_definition(t.text, &vars)
+        } else {
+            templates::fill(t.text, &vars)
+        }
+        .with_context(|| format!("template {}", t.name))?;
         let p = out_dir.join(t.out.replace("{app}", bin_name));
         crate::write_new(
             &p,
