@@ -10,7 +10,11 @@ engine (from layer 2 of this invocation or the results file, or --baseline-hz).
 Each seed runs ours then NEST's (alternating, one thread each, under `nice`), so a
 change in the machine's load falls on both. Every finished run is appended to
 --results (JSON lines) and reused when asked for again, so an interrupted
-validation resumes where it stopped.
+validation resumes where it stopped. A row is reused only for the same build
+of the program that ran it (its "build": the SHA-256 of the binary's bytes;
+for NEST, of the --python path and nest_hpc_benchmark.py): a row of an earlier
+build of ours, or of one without that field, is run again, not taken for
+this build's.
 
     validate.py --hpc-benchmark target/release/hpc_benchmark [--layers 2 3]
         [--scale 1] [--seeds-off 1 2 3] [--seeds-plastic 1 2 3 4 5]
@@ -24,6 +28,7 @@ The cost table at the end gives each engine's simulate CPU-seconds per
 biological second and the ratios.
 """
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -141,9 +146,38 @@ def run_nest(a, seed, lam, work):
                 "bytes_per_syn": s["bytes_per_synapse"]}
 
 
+def build_of(*parts):
+    """The SHA-256 (hex) of `parts`, each a path whose bytes are read (in
+    chunks: a release binary is tens of MB) or a str taken as it is: the
+    identity of a program's build, kept in every row it ran."""
+    h = hashlib.sha256()
+    for part in parts:
+        if isinstance(part, str):
+            h.update(part.encode("utf-8", errors="surrogateescape") + b"\0")
+            continue
+        try:
+            with open(part, "rb") as f:
+                while chunk := f.read(1 << 20):
+                    h.update(chunk)
+        except OSError as e:
+            fail(f"{part}: cannot be read to tell its build: {e.strerror or e}")
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def builds(a):
+    """The build of each engine this invocation runs (see build_of)."""
+    b = {"ours": build_of(Path(a.hpc_benchmark)), "NEST": build_of(a.python, HERE / "nest_hpc_benchmark.py")}
+    if a.before:
+        b["before"] = build_of(Path(a.before))
+    return b
+
+
 def key(a, engine, seed, lam):
+    # The build too: a row of an earlier build of the binary (same engine name,
+    # seed and times) was reused and reported as this build's.
     return {"engine": engine, "seed": seed, "lambda": lam, "scale": a.scale, "t_presim": a.t_presim,
-            "t_sim": a.t_sim}
+            "t_sim": a.t_sim, "build": a.builds[engine]}
 
 
 def load(path):
@@ -190,7 +224,10 @@ def get(a, rows, engine, seed, lam, work):
     for r in rows:
         if all(r.get(f) == v for f, v in k.items()):
             return r
-    print(f"running {engine}, seed {seed}, lambda {lam}, scale {a.scale} ...", file=sys.stderr, flush=True)
+    other = any(r.get("build") != k["build"] and all(r.get(f) == v for f, v in k.items() if f != "build")
+                for r in rows)
+    print(f"running {engine}, seed {seed}, lambda {lam}, scale {a.scale}"
+          f"{' (the results hold a run of another build)' if other else ''} ...", file=sys.stderr, flush=True)
     res = {"ours": run_ours, "before": run_before, "NEST": run_nest}[engine](a, seed, lam, work)
     res.update(k)
     res["load"] = os.getloadavg()[0]
@@ -285,6 +322,7 @@ def main():
     a.hpc_benchmark, a.python = os.path.abspath(a.hpc_benchmark), os.path.abspath(a.python)
     if a.before:
         a.before = os.path.abspath(a.before)
+    a.builds = builds(a)
     rows = load(a.results)
     tmp = None
     if a.keep:
