@@ -105,3 +105,36 @@ fn the_result_line_reports_the_batches_that_ran_and_a_huge_grid_is_refused() {
 fn the_usage_text_is_cut_and_its_write_checked() {
     hpc_test_support::example::assert_usage_is_cut_and_checked(FFT3D, &["BIG"]);
 }
+
+/// Under `--no-check` the result line's errors are `unchecked`, which no
+/// reader takes for a number: it wrote `rel_err=NaN max_err=NaN`, which
+/// `float()` and `str::parse::<f64>` read as a number (a check that came out
+/// NaN). A checked run still writes its errors as numbers.
+#[test]
+fn an_unchecked_run_writes_no_number_for_its_errors() {
+    let result = |o: &Output| {
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        out.lines()
+            .find(|l| l.starts_with("result "))
+            .unwrap_or_else(|| panic!("no result line: {out}"))
+            .to_string()
+    };
+    let field = |line: &str, key: &str| {
+        line.split_whitespace()
+            .find_map(|kv| kv.strip_prefix(&format!("{key}=")).map(str::to_string))
+            .unwrap_or_else(|| panic!("no {key} in {line}"))
+    };
+    let small = ["--n", "8", "--reps", "1", "--warmup", "0"];
+    let line = result(&fft3d(&[&small[..], &["--no-check"]].concat()));
+    for key in ["rel_err", "max_err"] {
+        let v = field(&line, key);
+        assert_eq!(v, "unchecked", "{line}");
+        assert!(v.parse::<f64>().is_err(), "{line}");
+    }
+    let line = result(&fft3d(&small));
+    for key in ["rel_err", "max_err"] {
+        let v: f64 = field(&line, key).parse().unwrap();
+        assert!(v < 1e-12, "{line}");
+    }
+}
