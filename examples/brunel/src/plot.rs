@@ -40,8 +40,12 @@ impl Reference {
     /// network (order, in-degrees, reset potential, simulated time); the error
     /// names the file and the field.
     pub fn read(path: &Path, model: &Model) -> Result<Reference> {
-        let text = hpc_io::read::read_regular_to_string(path, hpc_io::read::MAX_REFERENCE_BYTES)
-            .context("reading the reference")?;
+        // The error names the flag and the file (it said "reading the reference").
+        let text = hpc_spiking::args::read_flag_file(
+            "--reference",
+            path,
+            hpc_io::read::MAX_REFERENCE_BYTES,
+        )?;
         let line = text
             .lines()
             .rev()
