@@ -138,3 +138,29 @@ fn an_unchecked_run_writes_no_number_for_its_errors() {
         assert!(v < 1e-12, "{line}");
     }
 }
+
+/// A run whose result fails its check ends before anything is timed, as the
+/// README says, and prints no `result` line: it went on timing and printed
+/// one like a good run's (`rel_err=2.1e-16` under `--tolerance 0`), status
+/// 1 only at the end, and a reader of the output (benches/fft3d.sh takes
+/// every `result` line) took it for a measurement.
+#[test]
+fn a_run_that_fails_its_check_times_nothing_and_prints_no_result() {
+    let o = fft3d(&[
+        "--n",
+        "8",
+        "--reps",
+        "1",
+        "--warmup",
+        "0",
+        "--tolerance",
+        "0",
+    ]);
+    let err = refused(&o);
+    assert!(
+        err.contains("exceeds the tolerance 0.0e0: nothing was timed"),
+        "{err}"
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(!out.contains("result "), "{out}");
+}
