@@ -377,6 +377,29 @@ def read_regular(path, max_bytes=MAX_BYTES, follow=True, head=None):
 MAX_METADATA_BYTES = 16 << 20
 
 
+def stamp(path):
+    """What tells the file at path from another written there later: its
+    device, inode, modification time (ns) and size, as lstat gives them;
+    None when there is none. Taken before a program is run to write the
+    file, for written_since."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def written_since(path, before):
+    """Raise SpikeFileError (a ValueError) unless the file at path was written
+    since its stamp() was `before`: a program that ends with status 0 and
+    writes nothing (/bin/true, a wrapper that fails quietly) left the file
+    of an earlier run in a kept directory (a validate.py --keep) to be read
+    as its own."""
+    if before is not None and stamp(path) == before:
+        raise SpikeFileError(f"{path} is the file an earlier run left there: "
+                             "this run did not write it")
+
+
 def read_json(path, max_bytes=MAX_METADATA_BYTES):
     """The JSON value of the regular file at path (a summary.json, a NEST script's
     --json), read with read_regular: a FIFO, a device or a directory raises

@@ -64,12 +64,18 @@ for k, (label, order, ce, ci, vr) in enumerate(cases, 1):
             hpc_spikes.write_replacing(os.path.join(out, "nest.json"), (line + "\n").encode(),
                                        PROG)
             report = ["--reference", os.path.join(out, "nest.json")]
+        # What a kept directory holds from an earlier invocation, which a
+        # binary that writes nothing left to be read as this run's.
+        files = [os.path.join(out, n) for n in ("spikes.spk", "summary.json")]
+        before = [hpc_spikes.stamp(f) for f in files]
         hpc_spikes.run_or_exit(
             [a.brunel, "--order", str(order), "--v-reset", str(vr), "--t-sim", str(a.t_sim),
              "--out", out, "--quiet"] + report + extra, PROG)
         # A binary that is no brunel (/bin/true) writes neither: one line naming
         # it, not a traceback.
         try:
+            for f, b in zip(files, before):
+                hpc_spikes.written_since(f, b)
             hdr, t, ids = read(os.path.join(out, "spikes.spk"))
             # Bounded, a regular file only (a FIFO there waited without end).
             summ = hpc_spikes.read_json(os.path.join(out, "summary.json"))

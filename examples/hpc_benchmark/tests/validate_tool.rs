@@ -438,7 +438,8 @@ fn before_after_says_what_it_compared_and_refuses_a_run_stopped_early() {
 /// paths of the binary and of `--keep` (the docstring's
 /// `target/release/hpc_benchmark`: the runs start in the work directory, where
 /// it is not). Pass 16: a `FileNotFoundError` or `KeyError` traceback, a binary
-/// "not found" with status 127, the outputs in `KEEP/KEEP`.
+/// "not found" with status 127, the outputs in `KEEP/KEEP`. Pass 21: a binary
+/// that writes nothing given a `--keep` holding an earlier run's summary.
 #[test]
 fn a_binary_or_results_row_of_another_shape_and_relative_paths_are_handled() {
     if !have_python() {
@@ -497,6 +498,15 @@ fn a_binary_or_results_row_of_another_shape_and_relative_paths_are_handled() {
     let (_, err) = run(&["--hpc-benchmark", "./fake.sh", "--keep", "kept"]);
     assert!(d.join("kept/ours-1-0.0/summary.json").is_file(), "{err}");
     assert!(!d.join("kept/kept").exists(), "{err}");
+    // A binary that writes nothing, given that --keep: the summary an earlier
+    // invocation left there was read as its run's.
+    let (status, err) = run(&["--hpc-benchmark", "/bin/true", "--keep", "kept"]);
+    assert_eq!(status, Some(1), "{err}");
+    assert!(
+        err.contains("/bin/true did not write")
+            && err.contains("ours-1-0.0/summary.json: the one there is an earlier run's"),
+        "{err}"
+    );
     // before-after.sh with a binary writing another program's summary.
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/before-after.sh");
     let o = Command::new("bash")

@@ -44,6 +44,8 @@ sys.path.insert(0, str(HERE.parent.parent.parent / "crates" / "hpc-spiking" / "p
 import hpc_spikes  # noqa: E402
 
 PROG = "validate.py"
+# The largest program whose bytes tell its build (a release binary is tens of MB).
+MAX_BINARY_BYTES = 1 << 30
 # The largest --results file read (a run is one line of about 600 bytes).
 MAX_RESULTS_BYTES = 64 << 20
 
@@ -87,8 +89,9 @@ def run_ours(a, seed, lam, work, binary=None, tag="ours"):
     cmd = [binary or a.hpc_benchmark, "--scale", str(a.scale), "--seed", str(seed), "--lambda", str(lam),
            "--t-presim", str(a.t_presim), "--t-sim", str(a.t_sim), "--threads", "1",
            "--no-spikes", "--quiet", "--out", str(out)]
+    before = hpc_spikes.stamp(out / "summary.json")
     wall, cpu, _ = run_child(cmd, work)
-    with summary_of(cmd[0], out / "summary.json") as s:
+    with summary_of(cmd[0], out / "summary.json", before) as s:
         w = s["weights"]
         return {"rate": s["mean_rate_hz"], "mean_pa": w["mean_pa"], "sd_pa": w["sd_pa"],
                 "p5_pa": w["p5_pa"], "p95_pa": w["p95_pa"], "weights_from": "all",
@@ -101,12 +104,19 @@ class summary_of:
     """`with summary_of(program, path) as s:` the JSON object at path that program
     wrote, its fields read in the block: a file that is missing, is not JSON, or
     lacks a field or has one of another type (a program that is not hpc_benchmark,
-    /bin/true) ends in one line naming the program and the file, not a traceback."""
+    /bin/true) ends in one line naming the program and the file, not a traceback;
+    so does a file that program did not write (its stamp is still `before`, what
+    an earlier invocation left in a --keep directory)."""
 
-    def __init__(self, program, path):
-        self.program, self.path = program, path
+    def __init__(self, program, path, before=None):
+        self.program, self.path, self.before = program, path, before
 
     def __enter__(self):
+        try:
+            hpc_spikes.written_since(self.path, self.before)
+        except ValueError:
+            fail(f"{self.program} did not write {self.path}: the one there is an earlier "
+                 "run's (is it hpc_benchmark?)")
         try:
             # Bounded, a regular file only (read_text() waited for a FIFO's
             # writer without end and read /dev/zero until memory ran out).
@@ -135,8 +145,9 @@ def run_nest(a, seed, lam, work):
     cmd = [a.python, str(HERE / "nest_hpc_benchmark.py"), "--scale", str(a.scale), "--seed", str(seed),
            "--lambda", str(lam), "--t-presim", str(a.t_presim), "--t-sim", str(a.t_sim), "--threads", "1",
            "--json", str(js)]
+    before = hpc_spikes.stamp(js)
     wall, cpu, _ = run_child(cmd, work)
-    with summary_of(cmd[1], js) as s:
+    with summary_of(cmd[1], js, before) as s:
         w = s["weights"]
         return {"rate": s["mean_rate_hz"], "mean_pa": w["mean_pa"], "sd_pa": w["sd_pa"],
                 "p5_pa": w["p5_pa"], "p95_pa": w["p95_pa"],
@@ -147,18 +158,19 @@ def run_nest(a, seed, lam, work):
 
 
 def build_of(*parts):
-    """The SHA-256 (hex) of `parts`, each a path whose bytes are read (in
-    chunks: a release binary is tens of MB) or a str taken as it is: the
-    identity of a program's build, kept in every row it ran."""
+    """The SHA-256 (hex) of `parts`, each a path whose bytes are read (at most
+    MAX_BINARY_BYTES) or a str taken as it is: the identity of a program's
+    build, kept in every row it ran."""
     h = hashlib.sha256()
     for part in parts:
         if isinstance(part, str):
             h.update(part.encode("utf-8", errors="surrogateescape") + b"\0")
             continue
         try:
-            with open(part, "rb") as f:
-                while chunk := f.read(1 << 20):
-                    h.update(chunk)
+            # Bounded, a regular file only, as every file the tools read.
+            h.update(hpc_spikes.read_regular(part, MAX_BINARY_BYTES))
+        except hpc_spikes.SpikeFileError as e:
+            fail(f"{part} cannot be read to tell its build: {e}")
         except OSError as e:
             fail(f"{part}: cannot be read to tell its build: {e.strerror or e}")
         h.update(b"\0")

@@ -64,11 +64,17 @@ for seed in a.seeds:
     # not after NEST's minutes.
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(a.keep, f"seed-{seed}") if a.keep else tmp
+        # What a kept directory holds from an earlier invocation, which a
+        # binary that writes nothing left to be read as this run's.
+        files = [os.path.join(out, n) for n in ("spikes.spk", "summary.json")]
+        before = [hpc_spikes.stamp(f) for f in files]
         hpc_spikes.run_or_exit([a.microcircuit, "--seed", str(seed), "--out", out, "--quiet",
                                 "--no-plot"] + common, PROG)
         # A binary that is no microcircuit (/bin/true) writes neither: one line
         # naming it, not a traceback.
         try:
+            for f, b in zip(files, before):
+                hpc_spikes.written_since(f, b)
             spikes = os.path.join(out, "spikes.spk")
             hpc_spikes.check_run(spikes)
             f = hpc_spikes.read(spikes)
