@@ -493,7 +493,7 @@ mod trace {
             if input.as_deref().is_some_and(same_file) {
                 anyhow::bail!(
                     "--trace {} is the file of {flag}: choose another name for the trace",
-                    path.display()
+                    hpc_io::message::path(&path)
                 );
             }
         }
@@ -534,14 +534,14 @@ mod trace {
             if dir.is_some_and(|d| within(d) || itself(d)) {
                 anyhow::bail!(
                     "--trace {} lies in the checkpoints of {flag}: choose another name for the trace",
-                    path.display()
+                    hpc_io::message::path(&path)
                 );
             }
         }
         if itself(&args.out) {
             anyhow::bail!(
                 "--trace {} is the output directory --out: choose another name for the trace",
-                path.display()
+                hpc_io::message::path(&path)
             );
         }
         let outputs = hpc_spiking::run::output_names(
@@ -551,8 +551,8 @@ mod trace {
             anyhow::bail!(
                 "--trace {} is the name of one of the files the run writes into --out {}: \
                  choose another name for the trace",
-                path.display(),
-                args.out.display()
+                hpc_io::message::path(&path),
+                hpc_io::message::path(&args.out)
             );
         }
         Ok(())
@@ -593,8 +593,12 @@ mod trace {
         let mut dir = path.as_os_str().to_owned();
         dir.push(format!(".tmp-{}", std::process::id()));
         let dir = PathBuf::from(dir);
-        let layer = hpc_trace::TraceLayer::create(&dir)
-            .map_err(|e| anyhow::anyhow!("cannot create the trace {}: {e}", path.display()))?;
+        let layer = hpc_trace::TraceLayer::create(&dir).map_err(|e| {
+            anyhow::anyhow!(
+                "cannot create the trace {}: {e}",
+                hpc_io::message::path(&path)
+            )
+        })?;
         // A signal that ends the process at once (outside the run's loop, the
         // trace's own write included) leaves neither the recording folder nor
         // the claim, as `finish` does not (the trace is not written); the
@@ -631,7 +635,7 @@ mod trace {
         /// directory while its run still ran.
         pub fn finish(self) -> anyhow::Result<()> {
             let failed = |e: &dyn std::fmt::Display| {
-                anyhow::anyhow!("cannot write {}: {e}", self.path.display())
+                anyhow::anyhow!("cannot write {}: {e}", hpc_io::message::path(&self.path))
             };
             let done = hpc_trace::finish()
                 .map_err(|e| match e {

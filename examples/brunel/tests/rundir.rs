@@ -523,6 +523,35 @@ fn a_trace_that_does_not_fit_is_an_error_naming_it() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A trace whose name holds a line break (and a terminal's escape) is quoted
+/// and escaped in the run's refusals and errors, as every path the run names:
+/// "cannot write DIR/t⏎x.json: File too large" and "--trace c⏎x.toml is the
+/// file of --config" broke the message's line (the escape was escaped by the
+/// last message, the line break is not: messages have lines of their own).
+#[test]
+fn a_trace_whose_name_holds_a_line_break_is_quoted_in_its_messages() {
+    let dir = tmpdir("trace-odd");
+    let trace = dir.join("t\nx\u{1b}[31m.json");
+    let mut c = cmd(&dir.join("out"), &["--t-sim", "50", "--no-spikes"]);
+    c.arg("--trace").arg(&trace);
+    let err = refused(&example::limit_file_size(&mut c, 4096).output().unwrap());
+    assert!(
+        err.contains("t\\nx\\u{1b}[31m.json\": File too large"),
+        "{err:?}"
+    );
+    assert_eq!(err.trim_end().lines().count(), 1, "{err:?}");
+    let config = dir.join("c\nx.toml");
+    std::fs::write(&config, "t_sim = 5.0\n").unwrap();
+    let mut c = cmd(&dir.join("out2"), &[]);
+    c.arg("--config").arg(&config).arg("--trace").arg(&config);
+    let err = refused(&c.output().unwrap());
+    assert!(
+        err.contains("c\\nx.toml\" is the file of --config"),
+        "{err:?}"
+    );
+    assert_eq!(err.trim_end().lines().count(), 1, "{err:?}");
+}
+
 /// A signal while `--trace FILE` is written, after the run's directory was
 /// finished, ended the process by the signal's default action (the run's guard
 /// was dropped), leaving the trace's recording folder `FILE.tmp-PID` and its

@@ -467,7 +467,7 @@ impl<'a> Simulation<'a> {
                 Some(p) => p,
                 None if opts.spikes.is_some() => bail!(
                     "checkpoint {} has no spike file to continue",
-                    r.dir().display()
+                    hpc_io::message::path(&r.dir())
                 ),
                 None => Vec::new(),
             },
