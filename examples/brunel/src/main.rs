@@ -493,7 +493,7 @@ mod trace {
             if input.as_deref().is_some_and(same_file) {
                 anyhow::bail!(
                     "--trace {} is the file of {flag}: choose another name for the trace",
-                    hpc_io::message::path(&path)
+                    hpc_io::message::path(path)
                 );
             }
         }
@@ -534,14 +534,14 @@ mod trace {
             if dir.is_some_and(|d| within(d) || itself(d)) {
                 anyhow::bail!(
                     "--trace {} lies in the checkpoints of {flag}: choose another name for the trace",
-                    hpc_io::message::path(&path)
+                    hpc_io::message::path(path)
                 );
             }
         }
         if itself(&args.out) {
             anyhow::bail!(
                 "--trace {} is the output directory --out: choose another name for the trace",
-                hpc_io::message::path(&path)
+                hpc_io::message::path(path)
             );
         }
         let outputs = hpc_spiking::run::output_names(
@@ -551,7 +551,7 @@ mod trace {
             anyhow::bail!(
                 "--trace {} is the name of one of the files the run writes into --out {}: \
                  choose another name for the trace",
-                hpc_io::message::path(&path),
+                hpc_io::message::path(path),
                 hpc_io::message::path(&args.out)
             );
         }

@@ -50,15 +50,15 @@ impl Reference {
             .lines()
             .rev()
             .find(|l| !l.trim().is_empty())
-            .with_context(|| format!("the reference {} is empty", hpc_io::message::path(&path)))?;
+            .with_context(|| format!("the reference {} is empty", hpc_io::message::path(path)))?;
         let v: Value = serde_json::from_str(line).with_context(|| {
             format!(
                 "the reference {} is not JSON (tools/nest_brunel.py's last line)",
-                hpc_io::message::path(&path)
+                hpc_io::message::path(path)
             )
         })?;
         Reference::from_json(&v, model)
-            .with_context(|| format!("in the reference {}", hpc_io::message::path(&path)))
+            .with_context(|| format!("in the reference {}", hpc_io::message::path(path)))
             .map(|mut r| {
                 r.path = path.to_owned();
                 r
@@ -145,7 +145,7 @@ pub fn recording(spikes: &Path, model: &Model) -> Result<Recording> {
     let pops = f.header["populations"].as_array().with_context(|| {
         format!(
             "{} has no populations in its header",
-            hpc_io::message::path(&spikes)
+            hpc_io::message::path(spikes)
         )
     })?;
     let mut populations = Vec::new();
@@ -162,7 +162,7 @@ pub fn recording(spikes: &Path, model: &Model) -> Result<Recording> {
                 .with_context(|| {
                     format!(
                         "{}: population {name} has no `{k}`",
-                        hpc_io::message::path(&spikes)
+                        hpc_io::message::path(spikes)
                     )
                 })
         };

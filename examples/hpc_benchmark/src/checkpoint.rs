@@ -175,7 +175,7 @@ impl Reader<'_> {
         let end = end.ok_or_else(|| {
             anyhow!(
                 "{}: truncated at byte {}",
-                hpc_io::message::path(&self.path),
+                hpc_io::message::path(self.path),
                 self.at
             )
         })?;
@@ -193,7 +193,7 @@ impl Reader<'_> {
         if x.is_nan() {
             bail!(
                 "{}: a NaN at byte {}",
-                hpc_io::message::path(&self.path),
+                hpc_io::message::path(self.path),
                 self.at - 8
             );
         }
@@ -208,7 +208,7 @@ impl Reader<'_> {
         if !x.is_finite() {
             bail!(
                 "{}: {what} of neuron {t} is {x} (at byte {}): not a state a run has",
-                hpc_io::message::path(&self.path),
+                hpc_io::message::path(self.path),
                 self.at - 8
             );
         }
@@ -239,7 +239,7 @@ fn read_neuron(r: &mut Reader, t: u32, d: usize, ne: u32, max_refractory: u32) -
     if refractory > max_refractory {
         bail!(
             "{}: neuron {t} has {refractory} refractory steps left, more than the model's {max_refractory}",
-            hpc_io::message::path(&r.path)
+            hpc_io::message::path(r.path)
         );
     }
     let [i_ex, di_ex, i_in, di_in, v, i_0] = st;
@@ -259,7 +259,7 @@ fn read_neuron(r: &mut Reader, t: u32, d: usize, ne: u32, max_refractory: u32) -
     if n > (r.b.len() - r.at) / 20 {
         bail!(
             "{}: neuron {t} claims {n} archived spikes, more than the file holds",
-            hpc_io::message::path(&r.path)
+            hpc_io::message::path(r.path)
         );
     }
     let archive = (0..n)
@@ -397,7 +397,7 @@ pub fn restore(
         }
         sh.plastic
             .restore_weights(&weights)
-            .map_err(|e| anyhow!("checkpoint {}: {e}", hpc_io::message::path(&r.dir())))?;
+            .map_err(|e| anyhow!("checkpoint {}: {e}", hpc_io::message::path(r.dir())))?;
     }
     Ok(step)
 }

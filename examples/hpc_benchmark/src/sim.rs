@@ -467,7 +467,7 @@ impl<'a> Simulation<'a> {
                 Some(p) => p,
                 None if opts.spikes.is_some() => bail!(
                     "checkpoint {} has no spike file to continue",
-                    hpc_io::message::path(&r.dir())
+                    hpc_io::message::path(r.dir())
                 ),
                 None => Vec::new(),
             },
