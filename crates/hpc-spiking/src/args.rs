@@ -136,8 +136,8 @@ impl RunArgs {
             "no_spikes": self.no_spikes,
             "checkpoint_every": self.checkpoint_every,
             "checkpoint_keep": self.checkpoint_keep,
-            "checkpoint_dir": self.checkpoint_dir.as_deref().map(Path::to_string_lossy),
-            "restart": self.restart.as_deref().map(Path::to_string_lossy),
+            "checkpoint_dir": self.checkpoint_dir.as_deref().map(crate::run::path_setting),
+            "restart": self.restart.as_deref().map(crate::run::path_setting),
             "stop_at": self.stop_at,
         })
     }

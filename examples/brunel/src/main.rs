@@ -215,7 +215,7 @@ fn run(args: Args, on_signal: &hpc_spiking::stop::OnSignal) -> Result<()> {
     hpc_spiking::run::same_on_every_rank(
         &world,
         &serde_json::json!({
-            "params": model.params, "out": args.out.to_string_lossy(), "run": ra.shared(),
+            "params": model.params, "out": hpc_spiking::run::path_setting(&args.out), "run": ra.shared(),
             "no_overlap": args.no_overlap, "pace": args.pace,
         }),
     )?;

@@ -269,6 +269,46 @@ fn ranks_given_other_settings_are_refused_naming_them() {
     }
 }
 
+/// Ranks given checkpoint directories whose names differ in a byte that is
+/// not UTF-8 (`c\xff`, `c\xfe`) are refused as given other settings: compared
+/// as lossy text both were `c\u{fffd}`, the run went on, each rank wrote its
+/// checkpoint file into its own directory, and the run failed at its first
+/// checkpoint ("rank-000001.ckpt is listed in the manifest but missing"),
+/// leaving rank 1's directory behind.
+#[test]
+fn ranks_given_directories_that_differ_in_a_byte_not_utf8_are_refused() {
+    use hpc_test_support::Job;
+    let dir = tmpdir("ranks-bytes");
+    let out = dir.join("out");
+    let args = example::args(MODEL, &out, &["--t-sim", "20", "--checkpoint-every", "10"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let base = dir.to_str().unwrap().to_string();
+    let outs = Job::program(BRUNEL, &args, 2)
+        .timeout(Duration::from_secs(20))
+        .prefix(move |r| {
+            // Rank 0: c\377, rank 1: c\376, made by the shell's printf.
+            let script = format!(
+                "exec \"$@\" --checkpoint-dir \"$(printf '{base}/c\\37{}')\"",
+                7 - r
+            );
+            ["sh", "-c", &script, "sh"].map(String::from).to_vec()
+        })
+        .run();
+    for (rank, o) in outs.iter().enumerate() {
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "rank {rank}: {err}");
+        assert!(
+            err.contains("rank 1 was given other settings than rank 0 (run.checkpoint_dir"),
+            "rank {rank}: {err}"
+        );
+    }
+    let made: Vec<_> = std::fs::read_dir(&*dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(made.is_empty(), "{made:?}");
+}
+
 #[test]
 fn sigterm_to_one_rank_stops_every_rank_at_the_same_step() {
     use hpc_test_support::Job;

@@ -160,7 +160,7 @@ fn run(args: Args) -> Result<()> {
     hpc_spiking::run::same_on_every_rank(
         &world,
         &serde_json::json!({
-            "params": model.params, "out": args.out.to_string_lossy(), "run": ra.shared(),
+            "params": model.params, "out": hpc_spiking::run::path_setting(&args.out), "run": ra.shared(),
 
         }),
     )?;
