@@ -65,8 +65,9 @@ struct Args {
     #[arg(long, default_value_t = 1e-12)]
     tolerance: f64,
     /// Skip the check against the serial FFT (it transforms the whole grid on
-    /// every rank).
-    #[arg(long)]
+    /// every rank). Not with `--tolerance`, which only the check uses (it was
+    /// taken and ignored).
+    #[arg(long, conflicts_with = "tolerance")]
     no_check: bool,
 }
 

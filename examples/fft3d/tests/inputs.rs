@@ -164,3 +164,18 @@ fn a_run_that_fails_its_check_times_nothing_and_prints_no_result() {
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(!out.contains("result "), "{out}");
 }
+
+/// `--tolerance` with `--no-check` would change nothing (only the check uses
+/// it): a usage error naming both, as every setting that would be ignored
+/// (it ran, status 0, the tolerance taken and never used).
+#[test]
+fn a_tolerance_without_the_check_is_refused() {
+    let o = fft3d(&["--n", "8", "--no-check", "--tolerance", "1e-9"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--no-check") && err.contains("--tolerance"),
+        "{err}"
+    );
+    assert!(o.stdout.is_empty());
+}
