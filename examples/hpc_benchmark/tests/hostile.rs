@@ -421,3 +421,17 @@ fn a_checkpoint_that_cannot_be_written_names_the_time_it_was_written_at() {
     );
     assert!(err.contains("File too large"), "{err}");
 }
+
+/// A `--restart` refused once the output directory is locked (here one that
+/// does not exist) leaves no directory behind when the run made it: it left
+/// OUT holding only an empty `run.lock`.
+#[test]
+fn a_refused_restart_leaves_no_output_directory_it_made() {
+    let dir = tmpdir("restart-made");
+    let out = dir.join("out");
+    let o = small(&out, &["--no-plot", "--restart", "/nonexistent/ck"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("--restart /nonexistent/ck"), "{err}");
+    assert!(!out.exists(), "{err}");
+}
