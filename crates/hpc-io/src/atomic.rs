@@ -47,7 +47,8 @@ impl StepError {
 }
 
 /// Writes `path` through the temporary file `tmp` (in the same directory as `path`):
-/// `fill` writes the contents into the new, empty `tmp`; then it is synced and
+/// `fill` writes the contents into the new, empty `tmp` (given the permission
+/// bits of the regular file at `path`, when there is one); then it is synced and
 /// renamed over `path`. A `path` that exists as something other than a regular
 /// file or a symbolic link is refused first, before `tmp` is created
 /// ([`check_replaceable`]). On an error of any step (`fill`'s included) `tmp` is
@@ -64,9 +65,21 @@ pub fn replace_with<T, E: From<StepError>>(
     // A final name that cannot be replaced is refused before the temporary file is
     // made beside it (`/dev/null` would otherwise have its temporary in `/dev`).
     check_replaceable(path)?;
+    // A regular file replaced keeps its permission bits: the new file was
+    // made with the default mode, and a trace or figure written over a
+    // user's private (0640) file became readable by every user (0644).
+    let mode = fs::symlink_metadata(path)
+        .ok()
+        .filter(|m| m.is_file())
+        .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o777);
     let mut made: Option<File> = None;
     let result = (|| {
         let f = made.insert(create_fresh(tmp)?);
+        if let Some(mode) = mode {
+            use std::os::unix::fs::PermissionsExt as _;
+            f.set_permissions(fs::Permissions::from_mode(mode))
+                .map_err(StepError::of("set the mode of", tmp))?;
+        }
         let value = fill(f)?;
         f.sync_all().map_err(StepError::of("sync", tmp))?;
         // Another writer of the same temporary name (two threads of one
@@ -320,6 +333,28 @@ mod tests {
         drop(held);
         rename_over(&tmp, &lock).unwrap();
         assert_eq!(fs::read(&lock).unwrap(), b"{}");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A regular file replaced keeps its permission bits (not its set-id
+    /// bits): written over a private 0640 file, the new one was 0644, readable
+    /// by every user. A new name takes the default mode.
+    #[test]
+    fn a_file_replaced_keeps_its_mode() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = std::env::temp_dir().join(format!("hpc-io-mode-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+        let old = dir.join("private.json");
+        fs::write(&old, b"old").unwrap();
+        fs::set_permissions(&old, fs::Permissions::from_mode(0o4640)).unwrap();
+        write(&old, &dir.join(".private.json.tmp"), b"new").unwrap();
+        assert_eq!(fs::read(&old).unwrap(), b"new");
+        assert_eq!(mode(&old), 0o640);
+        let fresh = dir.join("fresh.json");
+        write(&fresh, &dir.join(".fresh.json.tmp"), b"new").unwrap();
+        assert_eq!(mode(&fresh) & 0o600, 0o600);
         fs::remove_dir_all(&dir).unwrap();
     }
 
