@@ -65,21 +65,10 @@ pub fn replace_with<T, E: From<StepError>>(
     // A final name that cannot be replaced is refused before the temporary file is
     // made beside it (`/dev/null` would otherwise have its temporary in `/dev`).
     check_replaceable(path)?;
-    // A regular file replaced keeps its permission bits: the new file was
-    // made with the default mode, and a trace or figure written over a
-    // user's private (0640) file became readable by every user (0644).
-    let mode = fs::symlink_metadata(path)
-        .ok()
-        .filter(|m| m.is_file())
-        .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o777);
     let mut made: Option<File> = None;
     let result = (|| {
         let f = made.insert(create_fresh(tmp)?);
-        if let Some(mode) = mode {
-            use std::os::unix::fs::PermissionsExt as _;
-            f.set_permissions(fs::Permissions::from_mode(mode))
-                .map_err(StepError::of("set the mode of", tmp))?;
-        }
+        keep_mode(path, f, tmp)?;
         let value = fill(f)?;
         f.sync_all().map_err(StepError::of("sync", tmp))?;
         // Another writer of the same temporary name (two threads of one
@@ -106,6 +95,28 @@ pub fn replace_with<T, E: From<StepError>>(
         let _ = fs::remove_file(tmp);
     }
     result
+}
+
+/// Gives `file`, the new file `tmp` that will be renamed over `path`, the
+/// permission bits (not the set-id bits) of the regular file at `path`, when
+/// there is one: a new file takes the default mode, and a trace or figure
+/// written over a user's private (0640) file became readable by every user
+/// (0644). Every replacement of a file does this before its rename.
+///
+/// # Errors
+///
+/// The mode could not be set ("set the mode of" `tmp`).
+pub fn keep_mode(path: &Path, file: &File, tmp: &Path) -> Result<(), StepError> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let Some(mode) = fs::symlink_metadata(path)
+        .ok()
+        .filter(|m| m.is_file())
+        .map(|m| m.permissions().mode() & 0o777)
+    else {
+        return Ok(());
+    };
+    file.set_permissions(fs::Permissions::from_mode(mode))
+        .map_err(StepError::of("set the mode of", tmp))
 }
 
 /// Creates `path` as a new, empty file for writing (`O_EXCL`, so never through a

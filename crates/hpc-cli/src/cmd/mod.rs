@@ -137,6 +137,8 @@ pub fn replace_file(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> 
         }
     };
     let written = (|| {
+        // A file replaced keeps its mode, as every replacement through hpc-io.
+        hpc_io::atomic::keep_mode(path, &f, &tmp)?;
         f.write_all(bytes)
             .and_then(|()| f.sync_all())
             .with_context(|| {
@@ -250,6 +252,22 @@ mod tests {
             .filter(|n| n.starts_with(".d.tmp-") && n.contains('-') && n.matches('-').count() > 1)
             .collect();
         assert!(left.is_empty(), "{left:?}");
+    }
+
+    /// Hostile pass 21: a file replaced (`hpc trace merge -o F`, F a user's
+    /// private 0640 file) became 0644, readable by every user. It keeps its
+    /// permission bits, as every replacement through `hpc_io::atomic`.
+    #[test]
+    fn a_file_replaced_keeps_its_mode() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = hpc_test_support::TmpDir::new("hpc-cli", "replace-mode");
+        let out = dir.join("private.json");
+        std::fs::write(&out, b"old").unwrap();
+        std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o640)).unwrap();
+        super::replace_file(&out, b"new").unwrap();
+        assert_eq!(std::fs::read(&out).unwrap(), b"new");
+        let mode = std::fs::metadata(&out).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o640);
     }
 
     /// Hostile pass 20: a write that failed named only its hidden temporary
