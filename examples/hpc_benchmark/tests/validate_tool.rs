@@ -225,6 +225,27 @@ fn a_results_row_of_another_build_is_run_again_not_reused() {
     std::fs::remove_dir_all(&d).unwrap();
 }
 
+/// A `--results` whose name holds a line break and a terminal's escape is
+/// quoted in validate.py's messages, one line: it was written raw (pass 21,
+/// as the spike tools' paths).
+#[test]
+fn a_results_name_with_a_line_break_is_quoted_in_one_line() {
+    if !have_python() {
+        return;
+    }
+    let d = scratch("odd-name");
+    let results = d.join("r\nx\u{1b}[31m.jsonl");
+    std::fs::write(&results, "not json\n").unwrap();
+    let o = validate(&["--results", results.to_str().unwrap()], Stdio::null());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("r\\nx\\x1b[31m.jsonl': line 1 is not a JSON run"),
+        "{err:?}"
+    );
+    assert_eq!(err.trim_end().lines().count(), 1, "{err:?}");
+}
+
 /// The report written to a full device (`> /dev/full`) ends with one line naming
 /// standard output and status 1, not a traceback. The runs come from a results
 /// file, so nothing is run.

@@ -80,7 +80,7 @@ def run_child(cmd, cwd):
     wall = time.perf_counter() - tic
     if proc.returncode != 0:
         sys.stderr.write(out.decode(errors="replace")[-4000:])
-        raise SystemExit(f"{cmd[0]} failed with status {proc.returncode}")
+        raise SystemExit(f"{hpc_spikes.shown_path(cmd[0])} failed with status {proc.returncode}")
     return wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss * 1024
 
 
@@ -115,23 +115,23 @@ class summary_of:
         try:
             hpc_spikes.written_since(self.path, self.before)
         except ValueError:
-            fail(f"{self.program} did not write {self.path}: the one there is an earlier "
+            fail(f"{hpc_spikes.shown_path(self.program)} did not write {hpc_spikes.shown_path(self.path)}: the one there is an earlier "
                  "run's (is it hpc_benchmark?)")
         try:
             # Bounded, a regular file only (read_text() waited for a FIFO's
             # writer without end and read /dev/zero until memory ran out).
             s = hpc_spikes.read_json(self.path)
         except FileNotFoundError:
-            fail(f"{self.program} wrote no {self.path} (is it hpc_benchmark?)")
+            fail(f"{hpc_spikes.shown_path(self.program)} wrote no {hpc_spikes.shown_path(self.path)} (is it hpc_benchmark?)")
         except (OSError, ValueError, RecursionError) as e:
-            fail(f"{self.path} that {self.program} wrote cannot be read: {str(e)[:200]}")
+            fail(f"{hpc_spikes.shown_path(self.path)} that {hpc_spikes.shown_path(self.program)} wrote cannot be read: {str(e)[:200]}")
         if not isinstance(s, dict):
-            fail(f"{self.path} that {self.program} wrote is not a JSON object")
+            fail(f"{hpc_spikes.shown_path(self.path)} that {hpc_spikes.shown_path(self.program)} wrote is not a JSON object")
         return s
 
     def __exit__(self, kind, e, tb):
         if isinstance(e, (KeyError, TypeError, ValueError)):
-            fail(f"{self.path} that {self.program} wrote is not the summary of a run "
+            fail(f"{hpc_spikes.shown_path(self.path)} that {hpc_spikes.shown_path(self.program)} wrote is not the summary of a run "
                  f"(is it hpc_benchmark?): {type(e).__name__} {str(e)[:200]}")
         return False
 
@@ -170,9 +170,9 @@ def build_of(*parts):
             # Bounded, a regular file only, as every file the tools read.
             h.update(hpc_spikes.read_regular(part, MAX_BINARY_BYTES))
         except hpc_spikes.SpikeFileError as e:
-            fail(f"{part} cannot be read to tell its build: {e}")
+            fail(f"{hpc_spikes.shown_path(part)} cannot be read to tell its build: {e}")
         except OSError as e:
-            fail(f"{part}: cannot be read to tell its build: {e.strerror or e}")
+            fail(f"{hpc_spikes.shown_path(part)}: cannot be read to tell its build: {e.strerror or e}")
         h.update(b"\0")
     return h.hexdigest()
 
@@ -203,11 +203,11 @@ def load(path):
     except hpc_spikes.SpikeFileError as e:
         # "PATH is a FIFO, not a regular file", "PATH is N bytes, more than ...".
         what = str(e)
-        if what.startswith(f"{path} is "):
-            what = what[len(f"{path} is "):]
-        fail(f"--results {path}: {what} (a JSON-lines file of finished runs)")
+        if what.startswith(f"{hpc_spikes.shown_path(path)} is "):
+            what = what[len(f"{hpc_spikes.shown_path(path)} is "):]
+        fail(f"--results {hpc_spikes.shown_path(path)}: {what} (a JSON-lines file of finished runs)")
     except OSError as e:
-        fail(f"--results {path}: {e.strerror or e}")
+        fail(f"--results {hpc_spikes.shown_path(path)}: {e.strerror or e}")
     rows = []
     for i, line in enumerate(text.splitlines(), 1):
         if not line.strip():
@@ -216,16 +216,16 @@ def load(path):
             row = json.loads(line)
         except (ValueError, RecursionError) as e:
             # RecursionError: a line nested deeper than Python's recursion limit.
-            fail(f"--results {path}: line {i} is not a JSON run: {e}")
+            fail(f"--results {hpc_spikes.shown_path(path)}: line {i} is not a JSON run: {e}")
         if not isinstance(row, dict):
-            fail(f"--results {path}: line {i} is not a JSON object")
+            fail(f"--results {hpc_spikes.shown_path(path)}: line {i} is not a JSON object")
         # A row is reused as a finished run: every number the tables print must be
         # there (a hand-edited or foreign line was a KeyError's traceback).
         missing = next((k for k in RUN_NUMBERS if isinstance(row.get(k), bool)
                         or not isinstance(row.get(k), (int, float))
                         or not math.isfinite(row[k])), None)
         if missing is not None:
-            fail(f"--results {path}: line {i} is not a finished run of this tool "
+            fail(f"--results {hpc_spikes.shown_path(path)}: line {i} is not a finished run of this tool "
                  f"(no finite number {missing})")
         rows.append(row)
     return rows
@@ -309,14 +309,14 @@ def main():
     if a.baseline_hz and not all(math.isfinite(b) and b > 0 for b in a.baseline_hz):
         p.error(f"--baseline-hz {a.baseline_hz[0]} {a.baseline_hz[1]}: rates must be finite and above 0")
     if a.keep and os.path.exists(a.keep) and not os.path.isdir(a.keep):
-        p.error(f"--keep {a.keep}: exists and is not a directory")
+        p.error(f"--keep {hpc_spikes.shown_path(a.keep)}: exists and is not a directory")
     # Each finished run is appended to --results: its folder must be there before
     # the first run (minutes at scale 1), not found missing after it.
     if a.results and not os.path.isdir(os.path.dirname(os.path.abspath(a.results))):
-        p.error(f"--results {a.results}: its folder does not exist")
+        p.error(f"--results {hpc_spikes.shown_path(a.results)}: its folder does not exist")
     # Refused before the first run (minutes), not when its row is appended.
     if a.results and os.path.islink(a.results):
-        p.error(f"--results {a.results} is a symbolic link: a results file is never appended "
+        p.error(f"--results {hpc_spikes.shown_path(a.results)} is a symbolic link: a results file is never appended "
                 "through one (give the file it points to)")
     # Seeds and programs too (a seed beyond u64 failed in the binary, a --python
     # that is no program after the first of our runs, minutes at scale 1).
@@ -328,7 +328,7 @@ def main():
     for flag, prog in [("--hpc-benchmark", a.hpc_benchmark), ("--before", a.before),
                        ("--python", a.python)]:
         if prog is not None and not (os.path.isfile(prog) and os.access(prog, os.X_OK)):
-            p.error(f"{flag} {prog}: not an executable file")
+            p.error(f"{flag} {hpc_spikes.shown_path(prog)}: not an executable file")
     # The runs start in the work directory: a relative path (the docstring's
     # target/release/hpc_benchmark, --keep out) is taken from here, not from there.
     a.hpc_benchmark, a.python = os.path.abspath(a.hpc_benchmark), os.path.abspath(a.python)

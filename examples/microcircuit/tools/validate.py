@@ -42,9 +42,9 @@ bad = [s for s in a.seeds if not 0 <= s < 2**64]
 if bad:
     ap.error(f"--seeds {bad[0]}: a seed is a whole number from 0 to 2^64 - 1")
 if not (os.path.isfile(a.microcircuit) and os.access(a.microcircuit, os.X_OK)):
-    ap.error(f"--microcircuit {a.microcircuit}: not an executable file")
+    ap.error(f"--microcircuit {hpc_spikes.shown_path(a.microcircuit)}: not an executable file")
 if a.keep and os.path.exists(a.keep) and not os.path.isdir(a.keep):
-    ap.error(f"--keep {a.keep}: exists and is not a directory")
+    ap.error(f"--keep {hpc_spikes.shown_path(a.keep)}: exists and is not a directory")
 
 # The statistics need numpy: said before any run (the binary runs first now).
 try:
@@ -82,8 +82,8 @@ for seed in a.seeds:
             summ = hpc_spikes.read_json(os.path.join(out, "summary.json"))
             summ["simulate_recorded_s"] + summ["build_s"] + f.header["t_presim_ms"]
         except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:
-            print(f"{PROG}: --microcircuit {a.microcircuit} wrote no run's spikes.spk and "
-                  f"summary.json in {out}: {str(e)[:200]}", file=sys.stderr)
+            print(f"{PROG}: --microcircuit {hpc_spikes.shown_path(a.microcircuit)} wrote no run's spikes.spk and "
+                  f"summary.json in {hpc_spikes.shown_path(out)}: {str(e)[:200]}", file=sys.stderr)
             sys.exit(1)
     names = [p["name"] for p in f.header["populations"]]
     if names != POPS:
@@ -91,7 +91,7 @@ for seed in a.seeds:
         # traceback after NEST's run (none: at pops[-1]).
         shown = ", ".join(hpc_spikes._word(n) for n in names[:10]) or "none"
         more = f" and {len(names) - 10} more" if len(names) > 10 else ""
-        sys.exit(f"{PROG}: --microcircuit {a.microcircuit} wrote the populations {shown}{more}, "
+        sys.exit(f"{PROG}: --microcircuit {hpc_spikes.shown_path(a.microcircuit)} wrote the populations {shown}{more}, "
                  f"not the microcircuit's {', '.join(POPS)}: it is not the microcircuit")
     n = hpc_spikes.run_or_exit([sys.executable, os.path.join(HERE, "nest_microcircuit.py"),
                                 "--seed", str(seed)] + common, PROG)
