@@ -20,9 +20,13 @@ use hpc_spiking::exchange::AnyExchange;
 use hpc_spiking::progress::ProgressLine;
 
 #[derive(Parser, Debug)]
+// A negative number is a flag's value, refused by the flag's own check
+// ("dt must be > 0, got -1"), not clap's "unexpected argument '-1' found",
+// which named the value and not the flag.
 #[command(
     name = "brunel",
     version,
+    allow_negative_numbers = true,
     about = "Brunel (2000) balanced network of LIF neurons, distributed with hpc-rs"
 )]
 struct Args {

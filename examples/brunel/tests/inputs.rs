@@ -144,3 +144,22 @@ fn config_refusals_name_the_flag_and_the_file() {
     assert!(e.contains("error: dt must be > 0, got -1"), "{e}");
     assert!(!out.exists());
 }
+
+/// A negative number given as a flag's value is refused by the flag's own
+/// check, naming it: `--dt -1` and `--stop-at -5` were clap's "unexpected
+/// argument '-1' found", naming the value and not the flag (the
+/// microcircuit's flags took them; `--dt=-1` did too).
+#[test]
+fn a_negative_value_is_refused_naming_its_flag() {
+    let dir = tmpdir("negative");
+    let out = dir.join("out");
+    for (flags, want) in [
+        (&["--dt", "-1"][..], "dt must be > 0, got -1"),
+        (&["--j", "-0.5"][..], "j must be > 0, got -0.5"),
+        (&["--stop-at", "-5"][..], "--stop-at"),
+    ] {
+        let e = refused(&brunel(&out, flags));
+        assert!(e.contains(want), "{flags:?}: {e}");
+        assert!(!e.contains("unexpected argument"), "{flags:?}: {e}");
+    }
+}

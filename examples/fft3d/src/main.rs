@@ -23,9 +23,13 @@ use hpc_comm::{CommOptions, Engine, ReduceOp};
 use hpc_io::say_or_return as say;
 
 #[derive(Parser, Debug)]
+// A negative number is a flag's value, refused by the flag's own check
+// ("dt must be > 0, got -1"), not clap's "unexpected argument '-1' found",
+// which named the value and not the flag.
 #[command(
     name = "fft3d",
     version,
+    allow_negative_numbers = true,
     about = "Distributed 3-D complex FFT with a pencil decomposition (P3DFFT's method) on hpc-rs"
 )]
 struct Args {

@@ -179,3 +179,14 @@ fn a_tolerance_without_the_check_is_refused() {
     );
     assert!(o.stdout.is_empty());
 }
+
+/// `--tolerance -1` (a negative number after its flag) is refused by the
+/// flag's own check, not clap's "unexpected argument '-1' found".
+#[test]
+fn a_negative_tolerance_after_its_flag_is_named() {
+    let e = refused(&fft3d(&["--n", "8", "--tolerance", "-1"]));
+    assert!(
+        e.contains("--tolerance must be a finite number >= 0, got -1"),
+        "{e}"
+    );
+}

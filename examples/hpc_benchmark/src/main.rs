@@ -22,9 +22,13 @@ use hpc_spiking::plasticity::StdpRow;
 use hpc_spiking::Block;
 
 #[derive(Parser, Debug)]
+// A negative number is a flag's value, refused by the flag's own check
+// ("dt must be > 0, got -1"), not clap's "unexpected argument '-1' found",
+// which named the value and not the flag.
 #[command(
     name = "hpc_benchmark",
     version,
+    allow_negative_numbers = true,
     about = "NEST's hpc_benchmark (balanced network, STDP on E->E), distributed with hpc-rs"
 )]
 struct Args {

@@ -30,9 +30,13 @@ enum Exchange {
 }
 
 #[derive(Parser, Debug)]
+// A negative number is a flag's value, refused by the flag's own check
+// ("dt must be > 0, got -1"), not clap's "unexpected argument '-1' found",
+// which named the value and not the flag.
 #[command(
     name = "microcircuit",
     version,
+    allow_negative_numbers = true,
     about = "Potjans & Diesmann (2014) cortical microcircuit (NEST's Potjans_2014), distributed with hpc-rs"
 )]
 struct Args {
