@@ -47,7 +47,8 @@ impl StepError {
 }
 
 /// Writes `path` through the temporary file `tmp` (in the same directory as `path`):
-/// `fill` writes the contents into the new, empty `tmp`; then it is synced and
+/// `fill` writes the contents into the new, empty `tmp` (given the permission
+/// bits of the regular file at `path`, when there is one); then it is synced and
 /// renamed over `path`. A `path` that exists as something other than a regular
 /// file or a symbolic link is refused first, before `tmp` is created
 /// ([`check_replaceable`]). On an error of any step (`fill`'s included) `tmp` is
@@ -67,6 +68,7 @@ pub fn replace_with<T, E: From<StepError>>(
     let mut made: Option<File> = None;
     let result = (|| {
         let f = made.insert(create_fresh(tmp)?);
+        keep_mode(path, f, tmp)?;
         let value = fill(f)?;
         f.sync_all().map_err(StepError::of("sync", tmp))?;
         // Another writer of the same temporary name (two threads of one
@@ -93,6 +95,35 @@ pub fn replace_with<T, E: From<StepError>>(
         let _ = fs::remove_file(tmp);
     }
     result
+}
+
+/// The permission bits (not the set-id bits) that a file written over
+/// `path` keeps ([`keep_mode`]): those of the regular file there, `None`
+/// where there is none.
+pub fn kept_mode(path: &Path) -> Option<u32> {
+    use std::os::unix::fs::PermissionsExt as _;
+    fs::symlink_metadata(path)
+        .ok()
+        .filter(|m| m.is_file())
+        .map(|m| m.permissions().mode() & 0o777)
+}
+
+/// Gives `file`, the new file `tmp` that will be renamed over `path`, the
+/// permission bits (not the set-id bits) of the regular file at `path`, when
+/// there is one: a new file takes the default mode, and a trace or figure
+/// written over a user's private (0640) file became readable by every user
+/// (0644). Every replacement of a file does this before its rename.
+///
+/// # Errors
+///
+/// The mode could not be set ("set the mode of" `tmp`).
+pub fn keep_mode(path: &Path, file: &File, tmp: &Path) -> Result<(), StepError> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let Some(mode) = kept_mode(path) else {
+        return Ok(());
+    };
+    file.set_permissions(fs::Permissions::from_mode(mode))
+        .map_err(StepError::of("set the mode of", tmp))
 }
 
 /// Creates `path` as a new, empty file for writing (`O_EXCL`, so never through a
@@ -320,6 +351,28 @@ mod tests {
         drop(held);
         rename_over(&tmp, &lock).unwrap();
         assert_eq!(fs::read(&lock).unwrap(), b"{}");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A regular file replaced keeps its permission bits (not its set-id
+    /// bits): written over a private 0640 file, the new one was 0644, readable
+    /// by every user. A new name takes the default mode.
+    #[test]
+    fn a_file_replaced_keeps_its_mode() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = std::env::temp_dir().join(format!("hpc-io-mode-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+        let old = dir.join("private.json");
+        fs::write(&old, b"old").unwrap();
+        fs::set_permissions(&old, fs::Permissions::from_mode(0o4640)).unwrap();
+        write(&old, &dir.join(".private.json.tmp"), b"new").unwrap();
+        assert_eq!(fs::read(&old).unwrap(), b"new");
+        assert_eq!(mode(&old), 0o640);
+        let fresh = dir.join("fresh.json");
+        write(&fresh, &dir.join(".fresh.json.tmp"), b"new").unwrap();
+        assert_eq!(mode(&fresh) & 0o600, 0o600);
         fs::remove_dir_all(&dir).unwrap();
     }
 

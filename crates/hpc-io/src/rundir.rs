@@ -159,6 +159,9 @@ pub struct RunDir {
     earlier: Option<Manifest>,
     started: bool,
     finished: bool,
+    /// Whether [`RunDir::lock`] made the directory (it was not there): a run
+    /// dropped before [`RunDir::start`] then removes it, its lock file with it.
+    made: bool,
     /// This run's id among this process's runs ([`last_words`]).
     id: u64,
 }
@@ -177,10 +180,13 @@ impl RunDir {
     /// Creates `dir` if missing and takes its lock (failing at once with
     /// [`Error::Busy`] when another run holds it), changing nothing else: a run
     /// that finds a problem in its input after this and before [`RunDir::start`]
-    /// leaves the earlier run's files and manifest as they were.
+    /// leaves the earlier run's files and manifest as they were, and a directory
+    /// this call made is removed again (it left a folder holding only an empty
+    /// `run.lock` behind each refused `--restart`).
     pub fn lock(dir: impl Into<PathBuf>, info: RunInfo) -> Result<RunDir> {
         let dir = dir.into();
         check_dir_link(&dir)?;
+        let made = fs::symlink_metadata(&dir).is_err();
         if let Err(e) = fs::create_dir_all(&dir) {
             return Err(match fs::metadata(&dir) {
                 Ok(m) if !m.is_dir() => Error::WrongType {
@@ -254,7 +260,7 @@ impl RunDir {
         let id = last_words::next_id();
         // Its holder's name is cleared by a process that ends at once from now
         // on (a signal while the run builds), as when this is dropped.
-        last_words::note_locked(id, &dir, true);
+        last_words::note_locked(id, &dir, true, made);
         Ok(RunDir {
             manifest: Manifest {
                 format: FORMAT.into(),
@@ -273,6 +279,7 @@ impl RunDir {
             earlier,
             started: false,
             finished: false,
+            made,
             id,
         })
     }
@@ -486,11 +493,16 @@ fn same_dir(a: &Path, b: &Path) -> bool {
 impl Drop for RunDir {
     fn drop(&mut self) {
         if !self.started {
-            // Nothing was changed: only the holder's name leaves the lock file.
+            // Nothing was changed: only the holder's name leaves the lock file,
+            // and a directory `lock` made goes (the lock file first, while it is
+            // held; the directory only when nothing else came into it).
             if let Some(lock) = self.lock.take() {
                 let _ = lock.set_len(0);
+                if self.made {
+                    last_words::remove_made(&self.dir);
+                }
             }
-            last_words::note_locked(self.id, &self.dir, false);
+            last_words::note_locked(self.id, &self.dir, false, false);
         } else if !self.finished {
             let status = Status::Incomplete {
                 reason: "the run ended with an error before finishing".into(),

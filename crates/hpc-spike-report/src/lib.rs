@@ -72,7 +72,7 @@ pub enum Error {
     },
     /// A file could not be written (names the file; nothing under the final name
     /// was changed).
-    #[error("writing {}", path.display())]
+    #[error("writing {}", hpc_io::message::path(path))]
     Write {
         /// The file that was being written.
         path: PathBuf,

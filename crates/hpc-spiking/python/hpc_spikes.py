@@ -91,6 +91,19 @@ def shown(value, limit=SHOWN_CHARS):
     return f"{text[:limit]!r}... ({len(text) - limit} more characters)"
 
 
+def shown_path(path):
+    """A path for a message, as hpc_io::message::path writes one: as it is,
+    unless it holds a control character (a line break, a terminal's escape)
+    or a byte that is not UTF-8 (a surrogate of os.fsdecode): then quoted,
+    those escaped. Written raw, such a name broke the message's line or drew
+    on the terminal, and one not UTF-8 ended in a UnicodeEncodeError's
+    traceback where standard output is strict UTF-8 (a UTF-8 locale)."""
+    text = os.fsdecode(path)
+    if any(unicodedata.category(c) in ("Cc", "Cs") for c in text):
+        return repr(text)
+    return text
+
+
 def _word(value, limit=200):
     """A string or number of a file (a population's name, run.json's run_id or
     reason) for a message: as written when it is at most `limit` characters, else
@@ -358,11 +371,11 @@ def read_regular(path, max_bytes=MAX_BYTES, follow=True, head=None):
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
         kind = next((k for test, k in _KINDS if test(st.st_mode)), "not a file")
-        raise SpikeFileError(f"{path} is {kind}, not a regular file")
+        raise SpikeFileError(f"{shown_path(path)} is {kind}, not a regular file")
     with os.fdopen(fd, "rb") as f:
         if st.st_size > max_bytes:
             raise SpikeFileError(
-                f"{path} is {st.st_size} bytes, more than the {max_bytes} accepted")
+                f"{shown_path(path)} is {st.st_size} bytes, more than the {max_bytes} accepted")
         if head is not None:
             first = f.read(min(16, st.st_size))
             head(first, st.st_size)
@@ -375,6 +388,29 @@ def read_regular(path, max_bytes=MAX_BYTES, follow=True, head=None):
 # The most bytes read_json() reads (as hpc_io::read::MAX_METADATA_BYTES): a
 # summary, a result line, a configuration.
 MAX_METADATA_BYTES = 16 << 20
+
+
+def stamp(path):
+    """What tells the file at path from another written there later: its
+    device, inode, modification time (ns) and size, as lstat gives them;
+    None when there is none. Taken before a program is run to write the
+    file, for written_since."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def written_since(path, before):
+    """Raise SpikeFileError (a ValueError) unless the file at path was written
+    since its stamp() was `before`: a program that ends with status 0 and
+    writes nothing (/bin/true, a wrapper that fails quietly) left the file
+    of an earlier run in a kept directory (a validate.py --keep) to be read
+    as its own."""
+    if before is not None and stamp(path) == before:
+        raise SpikeFileError(f"{shown_path(path)} is the file an earlier run left there: "
+                             "this run did not write it")
 
 
 def read_json(path, max_bytes=MAX_METADATA_BYTES):
@@ -404,16 +440,16 @@ def read(path, partial_ok=None):
         available = mem_available()
         if available is not None and size * MEMORY_PER_BYTE > available:
             raise SpikeFileError(
-                f"{path} is {size} bytes: reading it needs about {size * MEMORY_PER_BYTE} "
+                f"{shown_path(path)} is {size} bytes: reading it needs about {size * MEMORY_PER_BYTE} "
                 f"bytes of memory, {available} are available")
 
     try:
         data = read_regular(path, head=head)
         return decode(data, partial_ok)
     except SpikeFileError as e:
-        if str(e).startswith(f"{path} is "):
+        if str(e).startswith(f"{shown_path(path)} is "):
             raise  # read_regular's own words name the file already
-        raise SpikeFileError(f"{path} is not a valid spike file: {e}") from None
+        raise SpikeFileError(f"{shown_path(path)} is not a valid spike file: {e}") from None
 
 
 def _problem(path, e):
@@ -421,8 +457,8 @@ def _problem(path, e):
     if isinstance(e, SpikeFileError):
         return str(e)
     if isinstance(e, MemoryError):
-        return f"{path}: not enough memory to read it"
-    return f"cannot read {path}: {e.strerror or e}"
+        return f"{shown_path(path)}: not enough memory to read it"
+    return f"cannot read {shown_path(path)}: {e.strerror or e}"
 
 
 def say(text, prog):
@@ -468,7 +504,7 @@ def main(argv=None):
         span = f"ticks {f.ticks[0]}..{f.ticks[-1]}" if len(f) else "no spikes"
         dropped = f", {f.dropped_bytes} bytes of an incomplete record dropped" \
             if f.dropped_bytes else ""
-        say(f"{path}: valid, {len(f)} spikes of {f.n_neurons} neurons, {span}{dropped}", prog)
+        say(f"{shown_path(path)}: valid, {len(f)} spikes of {f.n_neurons} neurons, {span}{dropped}", prog)
     return status
 
 
@@ -542,23 +578,23 @@ def check_run(path):
         return None
     except (OSError, ValueError, RecursionError, SpikeFileError) as e:
         # RecursionError: JSON nested deeper than Python's recursion limit.
-        msg = f"{manifest} cannot be read ({e}): {path} is not vouched for"
+        msg = f"{shown_path(manifest)} cannot be read ({e}): {shown_path(path)} is not vouched for"
     else:
         name = os.path.basename(path)
         status = run.get("status")
         # The manifest's words, cut: a hand-edited run.json may hold anything there.
         run_id, pid, host = (_word(run.get(k)) for k in ("run_id", "pid", "host"))
         if name not in [f.get("name") for f in run.get("files", [])]:
-            msg = f"{path} was not written by the run {run_id} of {manifest} (an older or foreign file)"
+            msg = f"{shown_path(path)} was not written by the run {run_id} of {shown_path(manifest)} (an older or foreign file)"
         elif status == "running" and not _lock_held(os.path.dirname(manifest)):
-            msg = (f"{path}: its run {run_id} (pid {pid} on {host}) "
+            msg = (f"{shown_path(path)}: its run {run_id} (pid {pid} on {host}) "
                    f"ended without finishing: it was killed, or it failed and could not mark "
-                   f"{manifest} (a full disk?); take it as incomplete")
+                   f"{shown_path(manifest)} (a full disk?); take it as incomplete")
         elif status == "running":
-            msg = f"{path}: its run {run_id} (pid {pid} on {host}) is still running"
+            msg = f"{shown_path(path)}: its run {run_id} (pid {pid} on {host}) is still running"
         elif status == "incomplete":
             where = f" at {_word(run['stopped_at'])}" if run.get("stopped_at") else ""
-            msg = f"{path}: its run is incomplete: {_word(run.get('reason'))}{where}"
+            msg = f"{shown_path(path)}: its run is incomplete: {_word(run.get('reason'))}{where}"
         else:
             # The size the run listed, as hpc_io::rundir::check_file compares it:
             # a file replaced or changed since (another run's spike file copied
@@ -570,7 +606,7 @@ def check_run(path):
                 return None  # reading it says so
             if not (_is_int(listed) and listed != size):
                 return None
-            msg = (f"{path} is {size} bytes, but its run's manifest says {listed} "
+            msg = (f"{shown_path(path)} is {size} bytes, but its run's manifest says {listed} "
                    f"(changed since the run {run_id} wrote it)")
     print(f"warning: {msg}", file=sys.stderr)
     return msg
@@ -658,14 +694,14 @@ def check_output(path, inputs=()):
     replaced by what it writes)."""
     problem = _unreplaceable(path)
     if problem is not None:
-        raise SpikeFileError(f"{path} {problem}")
+        raise SpikeFileError(f"{shown_path(path)} {problem}")
     for i in inputs:
         try:
             same = os.path.samefile(path, i)
         except OSError:
             continue
         if same:
-            raise SpikeFileError(f"{path} is the input {i}: not written over "
+            raise SpikeFileError(f"{shown_path(path)} is the input {i}: not written over "
                                  "(choose another output)")
 
 
@@ -707,7 +743,7 @@ def write_replacing(path, data, prog):
 
     problem = _unreplaceable(path)
     if problem is not None:
-        print(f"{prog}: {path} {problem}", file=sys.stderr)
+        print(f"{prog}: {shown_path(path)} {problem}", file=sys.stderr)
         sys.exit(1)
     tmp = None
     try:
@@ -727,7 +763,7 @@ def write_replacing(path, data, prog):
                 os.unlink(tmp)
             except OSError:
                 pass
-        print(f"{prog}: cannot write {path}: {e.strerror or e}", file=sys.stderr)
+        print(f"{prog}: cannot write {shown_path(path)}: {e.strerror or e}", file=sys.stderr)
         sys.exit(1)
 
 
@@ -749,7 +785,7 @@ def append_line(path, line, prog):
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             kind = next((k for test, k in _KINDS if test(st.st_mode)), "not a file")
-            print(f"{prog}: cannot append to {path}: it is {kind}, not a regular file",
+            print(f"{prog}: cannot append to {shown_path(path)}: it is {kind}, not a regular file",
                   file=sys.stderr)
             sys.exit(1)
         end = st.st_size
@@ -774,7 +810,7 @@ def append_line(path, line, prog):
                 reason = f"it is {kind}, not a regular file"
             except OSError:
                 pass
-        print(f"{prog}: cannot append to {path}: {reason}", file=sys.stderr)
+        print(f"{prog}: cannot append to {shown_path(path)}: {reason}", file=sys.stderr)
         sys.exit(1)
     finally:
         if fd is not None:

@@ -102,13 +102,13 @@ def window_end(path, h, t, t_start):
     if at is not None and at <= end:
         if at <= t_start:
             within = f", within the warm-up (t_presim_ms {t_start})" if t_start > 0 else ""
-            print(f"{PROG}: {path}: its run stopped at {at} ms{within}: no time to rate",
+            print(f"{PROG}: {hpc_spikes.shown_path(path)}: its run stopped at {at} ms{within}: no time to rate",
                   file=sys.stderr)
             sys.exit(1)
         return at, " (where its run stopped)"
     last = float(t.max()) if len(t) else 0.0
     if last <= t_start:
-        print(f"{PROG}: {path}: no spike after the warm-up (t_presim_ms {t_start}) in "
+        print(f"{PROG}: {hpc_spikes.shown_path(path)}: no spike after the warm-up (t_presim_ms {t_start}) in "
               "this partial file, whose run's end is not known: no rates", file=sys.stderr)
         sys.exit(1)
     return min(last, end), " (to its last spike: its run's end is not known)"
@@ -124,23 +124,23 @@ def main():
     h = f.header
     if h["t_sim_ms"] == 0:
         # brunel's t_sim = 0 writes such a file; it has no window to rate.
-        print(f"{PROG}: {path} is valid ({len(f)} spikes), but its run is 0 ms long "
+        print(f"{PROG}: {hpc_spikes.shown_path(path)} is valid ({len(f)} spikes), but its run is 0 ms long "
               "(t_sim_ms 0): no rates", file=sys.stderr)
         sys.exit(1)
     t_start = h.get("t_presim_ms", 0.0)
     if isinstance(t_start, bool) or not isinstance(t_start, (int, float)) \
             or not 0 <= t_start < h["t_sim_ms"]:
-        print(f"{PROG}: {path}: t_presim_ms {hpc_spikes.shown(t_start)} is not a time before t_sim_ms "
+        print(f"{PROG}: {hpc_spikes.shown_path(path)}: t_presim_ms {hpc_spikes.shown(t_start)} is not a time before t_sim_ms "
               f"{h['t_sim_ms']}", file=sys.stderr)
         sys.exit(1)
     pops = h["populations"]
     if not pops or any(p["count"] == 0 for p in pops):
-        print(f"{PROG}: {path}: a population without neurons, no statistics", file=sys.stderr)
+        print(f"{PROG}: {hpc_spikes.shown_path(path)}: a population without neurons, no statistics", file=sys.stderr)
         sys.exit(1)
     try:
         import numpy  # noqa: F401
     except ImportError:
-        print(f"{PROG}: {path} is valid ({len(f)} spikes); the statistics need numpy "
+        print(f"{PROG}: {hpc_spikes.shown_path(path)} is valid ({len(f)} spikes); the statistics need numpy "
               "(python3-numpy)", file=sys.stderr)
         sys.exit(1)
     _, t, ids = arrays(f)
@@ -159,7 +159,7 @@ def result_lines(path, spikes, h, window, res):
     characters escaped, when it holds a line break or a terminal's escape (it was
     written as it was, a forged name drawing on the terminal), and cut when long."""
     t_start, t_stop, until = window
-    lines = [f"{path}: {spikes} spikes of {h['n_neurons']} neurons, dt {h['dt_ms']} ms, "
+    lines = [f"{hpc_spikes.shown_path(path)}: {spikes} spikes of {h['n_neurons']} neurons, dt {h['dt_ms']} ms, "
              f"window ({t_start}, {t_stop}] ms{until}"]
     for r in res:
         lines.append(f"  {hpc_spikes._word(r['name']):<6} {r['neurons']:>7} neurons  "

@@ -136,8 +136,8 @@ impl RunArgs {
             "no_spikes": self.no_spikes,
             "checkpoint_every": self.checkpoint_every,
             "checkpoint_keep": self.checkpoint_keep,
-            "checkpoint_dir": self.checkpoint_dir.as_deref().map(Path::to_string_lossy),
-            "restart": self.restart.as_deref().map(Path::to_string_lossy),
+            "checkpoint_dir": self.checkpoint_dir.as_deref().map(crate::run::path_setting),
+            "restart": self.restart.as_deref().map(crate::run::path_setting),
             "stop_at": self.stop_at,
         })
     }
@@ -333,4 +333,25 @@ impl RunOptions {
         }
         Ok(())
     }
+}
+
+/// `FLAG PATH`, the path as messages show it ([`hpc_io::message::path`]): the
+/// context of every error about the file a flag names, so that the message
+/// names the flag as well as the file (`--config /tmp: /tmp is a directory,
+/// not a regular file`; it said only the second half, and a value the file
+/// set wrong was named with neither).
+pub fn flag_file(flag: &str, path: &Path) -> String {
+    format!("{flag} {}", hpc_io::message::path(path))
+}
+
+/// [`hpc_io::read::read_regular_to_string`] of the file a flag names (at most
+/// `max_bytes`, never blocking on a FIFO), its error naming the flag and the
+/// file ([`flag_file`]).
+///
+/// # Errors
+///
+/// Those of [`hpc_io::read::read_regular_to_string`], with the flag.
+pub fn read_flag_file(flag: &str, path: &Path, max_bytes: u64) -> Result<String> {
+    use anyhow::Context as _;
+    hpc_io::read::read_regular_to_string(path, max_bytes).with_context(|| flag_file(flag, path))
 }

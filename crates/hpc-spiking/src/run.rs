@@ -3,7 +3,7 @@
 //! progress bar, the options of [`RunOptions`], and the hand-off of every rank's
 //! report to rank 0 for the summary and the report.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 
@@ -565,6 +565,19 @@ pub fn own_output_dir(
             hpc_io::rundir::RunDir::lock(out, info).map_err(|e| e.to_string())
         },
     )
+}
+
+/// A path as a setting [`same_on_every_rank`] compares: its text when it is
+/// UTF-8, else the array of its bytes (never equal to a text). Compared as
+/// lossy text, `--checkpoint-dir c$'\xff'` on rank 0 and `c$'\xfe'` on rank
+/// 1 were both `c\u{fffd}`, taken as the same directory: each rank wrote its
+/// file into its own, and the run failed at its first checkpoint ("listed in
+/// the manifest but missing"), after the simulation up to it.
+pub fn path_setting(path: &Path) -> serde_json::Value {
+    match path.to_str() {
+        Some(text) => serde_json::Value::from(text),
+        None => serde_json::Value::from(path.as_os_str().as_encoded_bytes().to_vec()),
+    }
 }
 
 /// Checks that every rank of the run was given the same `settings` (a

@@ -20,9 +20,13 @@ use hpc_spiking::exchange::AnyExchange;
 use hpc_spiking::progress::ProgressLine;
 
 #[derive(Parser, Debug)]
+// A negative number is a flag's value, refused by the flag's own check
+// ("dt must be > 0, got -1"), not clap's "unexpected argument '-1' found",
+// which named the value and not the flag.
 #[command(
     name = "brunel",
     version,
+    allow_negative_numbers = true,
     about = "Brunel (2000) balanced network of LIF neurons, distributed with hpc-rs"
 )]
 struct Args {
@@ -104,23 +108,26 @@ struct Args {
 }
 
 fn params_of(args: &Args) -> Result<Params> {
-    let mut p = match (&args.config, args.preset) {
-        // An explicit --preset wins over the file's `preset` key as the base of
-        // the values the file does not set.
-        (Some(file), Some(preset)) => {
-            let text = hpc_io::read::read_regular_to_string(file, hpc_io::read::MAX_CONFIG_BYTES)?;
-            let mut table: toml::Table = text
-                .parse()
-                .map_err(|e: toml::de::Error| {
-                    anyhow::anyhow!("{}", hpc_io::message::cut(&e.to_string()))
-                })
-                .with_context(|| format!("parsing {}", file.display()))?;
-            table.remove("preset");
-            Params::from_toml_str(&toml::to_string(&table)?, preset)
-                .with_context(|| format!("in {}", file.display()))?
+    use hpc_spiking::args::{flag_file, read_flag_file};
+    let mut p = match &args.config {
+        Some(file) => {
+            let text = read_flag_file("--config", file, hpc_io::read::MAX_CONFIG_BYTES)?;
+            match args.preset {
+                // An explicit --preset wins over the file's `preset` key as the
+                // base of the values the file does not set.
+                Some(preset) => text
+                    .parse::<toml::Table>()
+                    .map_err(|e| anyhow::anyhow!("{}", hpc_io::message::cut(&e.to_string())))
+                    .context("parsing TOML")
+                    .and_then(|mut table| {
+                        table.remove("preset");
+                        Params::from_toml_str(&toml::to_string(&table)?, preset)
+                    }),
+                None => Params::from_toml_str(&text, Preset::Paper),
+            }
+            .with_context(|| flag_file("--config", file))?
         }
-        (Some(file), None) => Params::from_file(file, Preset::Paper)?,
-        (None, preset) => Params::preset(preset.unwrap_or(Preset::Paper)),
+        None => Params::preset(args.preset.unwrap_or(Preset::Paper)),
     };
     macro_rules! set {
         ($($f:ident),*) => { $( if let Some(v) = args.$f { p.$f = v; } )* };
@@ -135,11 +142,47 @@ fn params_of(args: &Args) -> Result<Params> {
     Ok(p)
 }
 
+/// Where the parameters came from, for an error about their values when a
+/// file set them: `--config FILE`, with the flags that override it
+/// (`--config FILE with --dt, --seed`); `None` without `--config` (the
+/// message names the parameter, as its flag is named). A value of the file
+/// that the model refused was named without the file (`dt must be > 0`).
+fn params_source(args: &Args) -> Option<String> {
+    let file = args.config.as_deref()?;
+    let flags: Vec<&str> = [
+        ("--preset", args.preset.is_some()),
+        ("--order", args.order.is_some()),
+        ("--ce", args.ce.is_some()),
+        ("--ci", args.ci.is_some()),
+        ("--j", args.j.is_some()),
+        ("--g", args.g.is_some()),
+        ("--eta", args.eta.is_some()),
+        ("--delay", args.delay.is_some()),
+        ("--v-reset", args.v_reset.is_some()),
+        ("--t-ref", args.t_ref.is_some()),
+        ("--dt", args.dt.is_some()),
+        ("--t-sim", args.t_sim.is_some()),
+        ("--seed", args.seed.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(flag, given)| given.then_some(flag))
+    .collect();
+    let file = hpc_spiking::args::flag_file("--config", file);
+    Some(if flags.is_empty() {
+        file
+    } else {
+        format!("{file} with {}", flags.join(", "))
+    })
+}
+
 fn run(args: Args, on_signal: &hpc_spiking::stop::OnSignal) -> Result<()> {
     let ra = &args.run;
     ra.check()?;
     let params = params_of(&args)?;
-    let model = Model::new(params)?;
+    let model = match (Model::new(params), params_source(&args)) {
+        (Err(e), Some(from)) => return Err(e.context(from)),
+        (model, _) => model?,
+    };
     if let Some(f) = args.pace {
         brunel::check_pace(f, &model)?;
     }
@@ -176,7 +219,7 @@ fn run(args: Args, on_signal: &hpc_spiking::stop::OnSignal) -> Result<()> {
     hpc_spiking::run::same_on_every_rank(
         &world,
         &serde_json::json!({
-            "params": model.params, "out": args.out.to_string_lossy(), "run": ra.shared(),
+            "params": model.params, "out": hpc_spiking::run::path_setting(&args.out), "run": ra.shared(),
             "no_overlap": args.no_overlap, "pace": args.pace,
         }),
     )?;
@@ -454,7 +497,7 @@ mod trace {
             if input.as_deref().is_some_and(same_file) {
                 anyhow::bail!(
                     "--trace {} is the file of {flag}: choose another name for the trace",
-                    path.display()
+                    hpc_io::message::path(path)
                 );
             }
         }
@@ -495,14 +538,14 @@ mod trace {
             if dir.is_some_and(|d| within(d) || itself(d)) {
                 anyhow::bail!(
                     "--trace {} lies in the checkpoints of {flag}: choose another name for the trace",
-                    path.display()
+                    hpc_io::message::path(path)
                 );
             }
         }
         if itself(&args.out) {
             anyhow::bail!(
                 "--trace {} is the output directory --out: choose another name for the trace",
-                path.display()
+                hpc_io::message::path(path)
             );
         }
         let outputs = hpc_spiking::run::output_names(
@@ -512,8 +555,8 @@ mod trace {
             anyhow::bail!(
                 "--trace {} is the name of one of the files the run writes into --out {}: \
                  choose another name for the trace",
-                path.display(),
-                args.out.display()
+                hpc_io::message::path(path),
+                hpc_io::message::path(&args.out)
             );
         }
         Ok(())
@@ -554,8 +597,12 @@ mod trace {
         let mut dir = path.as_os_str().to_owned();
         dir.push(format!(".tmp-{}", std::process::id()));
         let dir = PathBuf::from(dir);
-        let layer = hpc_trace::TraceLayer::create(&dir)
-            .map_err(|e| anyhow::anyhow!("cannot create the trace {}: {e}", path.display()))?;
+        let layer = hpc_trace::TraceLayer::create(&dir).map_err(|e| {
+            anyhow::anyhow!(
+                "cannot create the trace {}: {e}",
+                hpc_io::message::path(&path)
+            )
+        })?;
         // A signal that ends the process at once (outside the run's loop, the
         // trace's own write included) leaves neither the recording folder nor
         // the claim, as `finish` does not (the trace is not written); the
@@ -592,7 +639,7 @@ mod trace {
         /// directory while its run still ran.
         pub fn finish(self) -> anyhow::Result<()> {
             let failed = |e: &dyn std::fmt::Display| {
-                anyhow::anyhow!("cannot write {}: {e}", self.path.display())
+                anyhow::anyhow!("cannot write {}: {e}", hpc_io::message::path(&self.path))
             };
             let done = hpc_trace::finish()
                 .map_err(|e| match e {

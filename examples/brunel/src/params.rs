@@ -146,7 +146,7 @@ impl Params {
         // Bounded and never blocking: a FIFO or /dev/zero is refused at once.
         let text = hpc_io::read::read_regular_to_string(path, hpc_io::read::MAX_CONFIG_BYTES)?;
         Params::from_toml_str(&text, default_preset)
-            .with_context(|| format!("in {}", path.display()))
+            .with_context(|| format!("in {}", hpc_io::message::path(path)))
     }
 
     /// The parameters as TOML.

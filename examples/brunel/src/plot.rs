@@ -40,21 +40,25 @@ impl Reference {
     /// network (order, in-degrees, reset potential, simulated time); the error
     /// names the file and the field.
     pub fn read(path: &Path, model: &Model) -> Result<Reference> {
-        let text = hpc_io::read::read_regular_to_string(path, hpc_io::read::MAX_REFERENCE_BYTES)
-            .context("reading the reference")?;
+        // The error names the flag and the file (it said "reading the reference").
+        let text = hpc_spiking::args::read_flag_file(
+            "--reference",
+            path,
+            hpc_io::read::MAX_REFERENCE_BYTES,
+        )?;
         let line = text
             .lines()
             .rev()
             .find(|l| !l.trim().is_empty())
-            .with_context(|| format!("the reference {} is empty", path.display()))?;
+            .with_context(|| format!("the reference {} is empty", hpc_io::message::path(path)))?;
         let v: Value = serde_json::from_str(line).with_context(|| {
             format!(
                 "the reference {} is not JSON (tools/nest_brunel.py's last line)",
-                path.display()
+                hpc_io::message::path(path)
             )
         })?;
         Reference::from_json(&v, model)
-            .with_context(|| format!("in the reference {}", path.display()))
+            .with_context(|| format!("in the reference {}", hpc_io::message::path(path)))
             .map(|mut r| {
                 r.path = path.to_owned();
                 r
@@ -112,7 +116,7 @@ impl Reference {
             reference: self.simulator.clone(),
             how: format!(
                 "The reference {} (written by tools/nest_brunel.py) holds {}'s statistics of the same network. Connectivity and drive come from different random generators, so the comparison is statistical, with the tolerances of validate.sh.",
-                self.path.display(),
+                hpc_io::message::path(&self.path),
                 self.simulator
             ),
             checks: vec![
@@ -138,9 +142,12 @@ impl Reference {
 /// The recording of a spike file written by this example.
 pub fn recording(spikes: &Path, model: &Model) -> Result<Recording> {
     let f = hpc_spiking::spikes::read_spikes(spikes)?;
-    let pops = f.header["populations"]
-        .as_array()
-        .with_context(|| format!("{} has no populations in its header", spikes.display()))?;
+    let pops = f.header["populations"].as_array().with_context(|| {
+        format!(
+            "{} has no populations in its header",
+            hpc_io::message::path(spikes)
+        )
+    })?;
     let mut populations = Vec::new();
     for (i, p) in pops.iter().enumerate() {
         let name = p["name"].as_str().unwrap_or("?");
@@ -152,7 +159,12 @@ pub fn recording(spikes: &Path, model: &Model) -> Result<Recording> {
         let field = |k: &str| {
             p[k].as_u64()
                 .and_then(|x| u32::try_from(x).ok())
-                .with_context(|| format!("{}: population {name} has no `{k}`", spikes.display()))
+                .with_context(|| {
+                    format!(
+                        "{}: population {name} has no `{k}`",
+                        hpc_io::message::path(spikes)
+                    )
+                })
         };
         populations.push(Population::new(
             name,

@@ -98,3 +98,68 @@ fn a_pace_or_parameter_that_is_not_a_usable_number_is_refused_by_name() {
         "{e}"
     );
 }
+
+/// A refusal of `--config` or `--reference` names the flag as well as the
+/// file, and a value the model refuses names the file (and the flags over
+/// it) when a file set it: they said "/tmp is a directory, not a regular
+/// file" and "dt must be > 0, got -1", the flag or the file unnamed.
+#[test]
+fn config_refusals_name_the_flag_and_the_file() {
+    let dir = tmpdir("flag");
+    let out = dir.join("out");
+    let bad = dir.join("bad.toml");
+    std::fs::write(&bad, "dt = -1\n").unwrap();
+    let broken = dir.join("broken.toml");
+    std::fs::write(&broken, "dt = [\n").unwrap();
+    let d = dir.to_str().unwrap();
+    let (b, br) = (bad.to_str().unwrap(), broken.to_str().unwrap());
+    for (flags, want) in [
+        (
+            vec!["--config", d],
+            format!("--config {d}: {d} is a directory, not a regular file"),
+        ),
+        (
+            vec!["--reference", d],
+            format!("--reference {d}: {d} is a directory"),
+        ),
+        (
+            vec!["--config", b],
+            format!("--config {b} with --order, --t-sim: dt must be > 0, got -1"),
+        ),
+        (
+            vec!["--config", b, "--seed", "3"],
+            format!("--config {b} with --order, --t-sim, --seed: dt must be > 0"),
+        ),
+        (
+            vec!["--config", br, "--preset", "nest"],
+            format!("--config {br}: parsing TOML"),
+        ),
+        (vec!["--config", br], format!("--config {br}: parsing TOML")),
+    ] {
+        let e = refused(&brunel(&out, &flags));
+        assert!(e.contains(&want), "{flags:?}: {want:?} not in {e}");
+    }
+    // Without --config the parameter is named as its flag would be, alone.
+    let e = refused(&brunel(&out, &["--dt=-1"]));
+    assert!(e.contains("error: dt must be > 0, got -1"), "{e}");
+    assert!(!out.exists());
+}
+
+/// A negative number given as a flag's value is refused by the flag's own
+/// check, naming it: `--dt -1` and `--stop-at -5` were clap's "unexpected
+/// argument '-1' found", naming the value and not the flag (the
+/// microcircuit's flags took them; `--dt=-1` did too).
+#[test]
+fn a_negative_value_is_refused_naming_its_flag() {
+    let dir = tmpdir("negative");
+    let out = dir.join("out");
+    for (flags, want) in [
+        (&["--dt", "-1"][..], "dt must be > 0, got -1"),
+        (&["--j", "-0.5"][..], "j must be > 0, got -0.5"),
+        (&["--stop-at", "-5"][..], "--stop-at"),
+    ] {
+        let e = refused(&brunel(&out, flags));
+        assert!(e.contains(want), "{flags:?}: {e}");
+        assert!(!e.contains("unexpected argument"), "{flags:?}: {e}");
+    }
+}

@@ -269,6 +269,46 @@ fn ranks_given_other_settings_are_refused_naming_them() {
     }
 }
 
+/// Ranks given checkpoint directories whose names differ in a byte that is
+/// not UTF-8 (`c\xff`, `c\xfe`) are refused as given other settings: compared
+/// as lossy text both were `c\u{fffd}`, the run went on, each rank wrote its
+/// checkpoint file into its own directory, and the run failed at its first
+/// checkpoint ("rank-000001.ckpt is listed in the manifest but missing"),
+/// leaving rank 1's directory behind.
+#[test]
+fn ranks_given_directories_that_differ_in_a_byte_not_utf8_are_refused() {
+    use hpc_test_support::Job;
+    let dir = tmpdir("ranks-bytes");
+    let out = dir.join("out");
+    let args = example::args(MODEL, &out, &["--t-sim", "20", "--checkpoint-every", "10"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let base = dir.to_str().unwrap().to_string();
+    let outs = Job::program(BRUNEL, &args, 2)
+        .timeout(Duration::from_secs(20))
+        .prefix(move |r| {
+            // Rank 0: c\377, rank 1: c\376, made by the shell's printf.
+            let script = format!(
+                "exec \"$@\" --checkpoint-dir \"$(printf '{base}/c\\37{}')\"",
+                7 - r
+            );
+            ["sh", "-c", &script, "sh"].map(String::from).to_vec()
+        })
+        .run();
+    for (rank, o) in outs.iter().enumerate() {
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "rank {rank}: {err}");
+        assert!(
+            err.contains("rank 1 was given other settings than rank 0 (run.checkpoint_dir"),
+            "rank {rank}: {err}"
+        );
+    }
+    let made: Vec<_> = std::fs::read_dir(&*dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(made.is_empty(), "{made:?}");
+}
+
 #[test]
 fn sigterm_to_one_rank_stops_every_rank_at_the_same_step() {
     use hpc_test_support::Job;
@@ -384,13 +424,10 @@ fn a_signal_while_building_or_after_the_loop_marks_the_run_and_ends_by_it() {
             );
             assert!(err.contains("no output directory was changed"), "{err}");
             assert!(!out.join("run.json").exists());
-            // The holder's name went with the lock, as when a run's input is
-            // refused (pass 19 left "run … (pid N on host H)" there).
-            assert_eq!(
-                std::fs::read_to_string(out.join("run.lock")).unwrap(),
-                "",
-                "{when}"
-            );
+            // The lock and the directory the run made went with it, as when a
+            // run's input is refused (pass 19 left "run … (pid N on host H)"
+            // in the lock file, pass 20 the directory with an empty one).
+            assert!(!out.exists(), "{when}: {} is left", out.display());
         } else {
             assert!(
                 err.contains("stopped by SIGTERM while writing the summary;"),
@@ -521,6 +558,35 @@ fn a_trace_that_does_not_fit_is_an_error_naming_it() {
         .collect();
     assert!(left.is_empty(), "{left:?}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A trace whose name holds a line break (and a terminal's escape) is quoted
+/// and escaped in the run's refusals and errors, as every path the run names:
+/// "cannot write DIR/t⏎x.json: File too large" and "--trace c⏎x.toml is the
+/// file of --config" broke the message's line (the escape was escaped by the
+/// last message, the line break is not: messages have lines of their own).
+#[test]
+fn a_trace_whose_name_holds_a_line_break_is_quoted_in_its_messages() {
+    let dir = tmpdir("trace-odd");
+    let trace = dir.join("t\nx\u{1b}[31m.json");
+    let mut c = cmd(&dir.join("out"), &["--t-sim", "50", "--no-spikes"]);
+    c.arg("--trace").arg(&trace);
+    let err = refused(&example::limit_file_size(&mut c, 4096).output().unwrap());
+    assert!(
+        err.contains("t\\nx\\u{1b}[31m.json\": File too large"),
+        "{err:?}"
+    );
+    assert_eq!(err.trim_end().lines().count(), 1, "{err:?}");
+    let config = dir.join("c\nx.toml");
+    std::fs::write(&config, "t_sim = 5.0\n").unwrap();
+    let mut c = cmd(&dir.join("out2"), &[]);
+    c.arg("--config").arg(&config).arg("--trace").arg(&config);
+    let err = refused(&c.output().unwrap());
+    assert!(
+        err.contains("c\\nx.toml\" is the file of --config"),
+        "{err:?}"
+    );
+    assert_eq!(err.trim_end().lines().count(), 1, "{err:?}");
 }
 
 /// A signal while `--trace FILE` is written, after the run's directory was

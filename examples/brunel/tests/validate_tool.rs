@@ -260,6 +260,98 @@ fn validate_names_a_binary_that_writes_no_run() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// brunel's and the microcircuit's `validate.py --keep DIR` where DIR holds an
+/// earlier invocation's run and the binary now writes nothing (`/bin/true`):
+/// the earlier run's `spikes.spk` and `summary.json` were read as this
+/// binary's, and compared with NEST as its result. Now one line says the
+/// file is the one an earlier run left, status 1.
+#[test]
+fn validate_never_takes_an_earlier_runs_files_for_this_runs() {
+    if !hpc_test_support::have_python("validate.py's --keep test") {
+        return;
+    }
+    use std::os::unix::fs::symlink;
+    let dir = scratch("stale");
+    let real = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let python_dir = dir.join("crates/hpc-spiking");
+    std::fs::create_dir_all(&python_dir).unwrap();
+    symlink(
+        real.join("crates/hpc-spiking/python"),
+        python_dir.join("python"),
+    )
+    .unwrap();
+    let line = r#"{"rate_hz": 5.0, "cv_isi": 0.5, "spikes": 10, "simulate_cpu_s": 1.0, "simulate_s": 1.0, "populations": []}"#;
+    let numpy = hpc_test_support::stand_in_numpy(&dir).1;
+    for (example, nest, flag, case) in [
+        ("brunel", "nest_brunel.py", "--brunel", "case-1"),
+        (
+            "microcircuit",
+            "nest_microcircuit.py",
+            "--microcircuit",
+            "seed-1",
+        ),
+    ] {
+        let tools = dir.join("examples").join(example).join("tools");
+        std::fs::create_dir_all(&tools).unwrap();
+        symlink(
+            real.join("examples")
+                .join(example)
+                .join("tools/validate.py"),
+            tools.join("validate.py"),
+        )
+        .unwrap();
+        std::fs::write(tools.join(nest), format!("print('{line}')\n")).unwrap();
+        // The earlier invocation's run in KEEP/CASE: brunel's own, a stand-in
+        // of the microcircuit.
+        let keep = dir.join(format!("keep-{example}"));
+        let earlier = keep.join(case);
+        let o = if example == "brunel" {
+            Command::new(env!("CARGO_BIN_EXE_brunel"))
+                .args([
+                    "--order",
+                    "20",
+                    "--t-sim",
+                    "10",
+                    "--quiet",
+                    "--no-plot",
+                    "--out",
+                ])
+                .arg(&earlier)
+                .env("HPC_BOOTSTRAP", "singleton")
+                .output()
+                .unwrap()
+        } else {
+            Command::new(microcircuit_stand_in(&dir))
+                .arg("--out")
+                .arg(&earlier)
+                .output()
+                .unwrap()
+        };
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert!(earlier.join("spikes.spk").is_file());
+        let validate = tools.join("validate.py");
+        let more: &[&str] = if example == "brunel" {
+            &["--quick"]
+        } else {
+            &["--seeds", "1"]
+        };
+        let given = [flag, "/bin/true", "--t-sim", "10"];
+        let mut args: Vec<&std::ffi::OsStr> = vec![validate.as_os_str()];
+        args.extend(given.iter().chain(more).map(std::ffi::OsStr::new));
+        args.extend(["--keep".as_ref(), keep.as_os_str()]);
+        let o = python(&args, Some(&numpy));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{example}: {err}");
+        assert!(!err.contains("Traceback"), "{example}: {err}");
+        assert!(
+            err.contains(&format!("{flag} /bin/true wrote no run's spikes.spk"))
+                && err.contains("spikes.spk is the file an earlier run left there"),
+            "{example}: {err}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// `validate.sh` (through `benches/validate-example.sh`) with a relative
 /// `CARGO_TARGET_DIR`, as its comment says the variable is honoured: cargo,
 /// run from the repository's root, built into ROOT/DIR, and validate.py was

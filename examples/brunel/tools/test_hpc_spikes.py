@@ -268,6 +268,29 @@ class CommandLine(unittest.TestCase):
         self.one_line_error(run(READER, missing), 1,
                             "cannot read", "missing.spk")
 
+    def test_a_name_with_a_line_break_or_not_utf8_is_quoted_in_one_line(self):
+        # Pass 21: the file's name was written raw: a line break split the
+        # checker's line and the reader's message, a terminal's escape drew on
+        # it, and a name that is not UTF-8 ended in a UnicodeEncodeError's
+        # traceback where standard output is strict UTF-8 (a UTF-8 locale;
+        # PYTHONIOENCODING stands for one here). Now each is quoted, escaped.
+        odd = os.path.join(os.fsencode(self.dir.name), b"a\nb\x1b[31m\xff.spk")
+        with open(odd, "wb") as f:
+            f.write(spk(GOOD))
+        env = dict(os.environ, PYTHONIOENCODING="utf-8:strict")
+        for tool, status in ((READER, 0), (READ_SPIKES, None)):
+            with self.subTest(tool=tool):
+                r = subprocess.run([sys.executable, tool, odd], capture_output=True,
+                                   timeout=120, env=env)
+                out, err = r.stdout.decode(), r.stderr.decode()
+                self.assertNotIn("Traceback", err)
+                if status is not None:
+                    self.assertEqual(r.returncode, status, err)
+                said = (out + err).strip()
+                self.assertEqual(len(said.splitlines()), 1, said)
+                self.assertIn("a\\nb\\x1b[31m\\udcff.spk'", said)
+                self.assertNotIn("\x1b", said)
+
     def test_a_partial_file_may_end_in_half_a_record(self):
         p = self.file("spikes.spk.partial", spk(GOOD)[:-3])
         f = hpc_spikes.read(p)

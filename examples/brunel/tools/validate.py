@@ -31,9 +31,9 @@ a = ap.parse_args()
 if not (math.isfinite(a.t_sim) and a.t_sim > 0):
     ap.error(f"--t-sim {a.t_sim}: must be a finite number above 0 ms")
 if not (os.path.isfile(a.brunel) and os.access(a.brunel, os.X_OK)):
-    ap.error(f"--brunel {a.brunel}: not an executable file")
+    ap.error(f"--brunel {hpc_spikes.shown_path(a.brunel)}: not an executable file")
 if a.keep and os.path.exists(a.keep) and not os.path.isdir(a.keep):
-    ap.error(f"--keep {a.keep}: exists and is not a directory")
+    ap.error(f"--keep {hpc_spikes.shown_path(a.keep)}: exists and is not a directory")
 
 cases = [  # (label, order, ce, ci, v_reset)
     ("order 250, CE 100, CI 25, V_reset 0", 250, 100, 25, 0.0),
@@ -64,19 +64,25 @@ for k, (label, order, ce, ci, vr) in enumerate(cases, 1):
             hpc_spikes.write_replacing(os.path.join(out, "nest.json"), (line + "\n").encode(),
                                        PROG)
             report = ["--reference", os.path.join(out, "nest.json")]
+        # What a kept directory holds from an earlier invocation, which a
+        # binary that writes nothing left to be read as this run's.
+        files = [os.path.join(out, n) for n in ("spikes.spk", "summary.json")]
+        before = [hpc_spikes.stamp(f) for f in files]
         hpc_spikes.run_or_exit(
             [a.brunel, "--order", str(order), "--v-reset", str(vr), "--t-sim", str(a.t_sim),
              "--out", out, "--quiet"] + report + extra, PROG)
         # A binary that is no brunel (/bin/true) writes neither: one line naming
         # it, not a traceback.
         try:
+            for f, b in zip(files, before):
+                hpc_spikes.written_since(f, b)
             hdr, t, ids = read(os.path.join(out, "spikes.spk"))
             # Bounded, a regular file only (a FIFO there waited without end).
             summ = hpc_spikes.read_json(os.path.join(out, "summary.json"))
             summ["simulate_cpu_s"] + 0.0
         except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:
-            print(f"{PROG}: --brunel {a.brunel} wrote no run's spikes.spk and summary.json "
-                  f"in {out}: {str(e)[:200]}", file=sys.stderr)
+            print(f"{PROG}: --brunel {hpc_spikes.shown_path(a.brunel)} wrote no run's spikes.spk and summary.json "
+                  f"in {hpc_spikes.shown_path(out)}: {str(e)[:200]}", file=sys.stderr)
             sys.exit(1)
     rate, cv = stats(t, ids, hdr["n_neurons"], hdr["t_sim_ms"])
     # A network silent in NEST (a short --t-sim) was a ZeroDivisionError.
@@ -94,5 +100,5 @@ for r in rows:
     print(f"{r[0]:<38} {r[1]:>11} {r[2]:>9} {r[3]:>8.2f}H {r[4]:>6.2f}H {r[5]*100:>+5.1f}%"
           f" {r[6]:>7.3f} {r[7]:>6.3f} {r[8]:>+6.3f} {r[9]:>14.2f} {r[10]:>6.2f}  {'ok' if r[11] else 'FAIL'}")
 if a.keep:
-    print(f"reports: {a.keep}/case-*/report.html")
+    print(f"reports: {hpc_spikes.shown_path(a.keep)}/case-*/report.html")
 sys.exit(0 if ok else 1)

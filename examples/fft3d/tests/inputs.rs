@@ -105,3 +105,88 @@ fn the_result_line_reports_the_batches_that_ran_and_a_huge_grid_is_refused() {
 fn the_usage_text_is_cut_and_its_write_checked() {
     hpc_test_support::example::assert_usage_is_cut_and_checked(FFT3D, &["BIG"]);
 }
+
+/// Under `--no-check` the result line's errors are `unchecked`, which no
+/// reader takes for a number: it wrote `rel_err=NaN max_err=NaN`, which
+/// `float()` and `str::parse::<f64>` read as a number (a check that came out
+/// NaN). A checked run still writes its errors as numbers.
+#[test]
+fn an_unchecked_run_writes_no_number_for_its_errors() {
+    let result = |o: &Output| {
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        out.lines()
+            .find(|l| l.starts_with("result "))
+            .unwrap_or_else(|| panic!("no result line: {out}"))
+            .to_string()
+    };
+    let field = |line: &str, key: &str| {
+        line.split_whitespace()
+            .find_map(|kv| kv.strip_prefix(&format!("{key}=")).map(str::to_string))
+            .unwrap_or_else(|| panic!("no {key} in {line}"))
+    };
+    let small = ["--n", "8", "--reps", "1", "--warmup", "0"];
+    let line = result(&fft3d(&[&small[..], &["--no-check"]].concat()));
+    for key in ["rel_err", "max_err"] {
+        let v = field(&line, key);
+        assert_eq!(v, "unchecked", "{line}");
+        assert!(v.parse::<f64>().is_err(), "{line}");
+    }
+    let line = result(&fft3d(&small));
+    for key in ["rel_err", "max_err"] {
+        let v: f64 = field(&line, key).parse().unwrap();
+        assert!(v < 1e-12, "{line}");
+    }
+}
+
+/// A run whose result fails its check ends before anything is timed, as the
+/// README says, and prints no `result` line: it went on timing and printed
+/// one like a good run's (`rel_err=2.1e-16` under `--tolerance 0`), status
+/// 1 only at the end, and a reader of the output (benches/fft3d.sh takes
+/// every `result` line) took it for a measurement.
+#[test]
+fn a_run_that_fails_its_check_times_nothing_and_prints_no_result() {
+    let o = fft3d(&[
+        "--n",
+        "8",
+        "--reps",
+        "1",
+        "--warmup",
+        "0",
+        "--tolerance",
+        "0",
+    ]);
+    let err = refused(&o);
+    assert!(
+        err.contains("exceeds the tolerance 0.0e0: nothing was timed"),
+        "{err}"
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(!out.contains("result "), "{out}");
+}
+
+/// `--tolerance` with `--no-check` would change nothing (only the check uses
+/// it): a usage error naming both, as every setting that would be ignored
+/// (it ran, status 0, the tolerance taken and never used).
+#[test]
+fn a_tolerance_without_the_check_is_refused() {
+    let o = fft3d(&["--n", "8", "--no-check", "--tolerance", "1e-9"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--no-check") && err.contains("--tolerance"),
+        "{err}"
+    );
+    assert!(o.stdout.is_empty());
+}
+
+/// `--tolerance -1` (a negative number after its flag) is refused by the
+/// flag's own check, not clap's "unexpected argument '-1' found".
+#[test]
+fn a_negative_tolerance_after_its_flag_is_named() {
+    let e = refused(&fft3d(&["--n", "8", "--tolerance", "-1"]));
+    assert!(
+        e.contains("--tolerance must be a finite number >= 0, got -1"),
+        "{e}"
+    );
+}

@@ -309,3 +309,36 @@ fn ranks_given_other_flags_are_refused_naming_them() {
         assert!(!out.contains("result "), "{out}");
     }
 }
+
+/// The ranks' flags are compared as the run uses them, not as typed: rank 1
+/// given `--grid 01x002` where rank 0 has no `--grid` (the default grid of
+/// two ranks, 1x2) runs the same transform, and was refused as different
+/// (`--grid None -> Some("01x002")`); a grid that differs is still refused,
+/// named as the run reads it.
+#[test]
+fn flags_are_compared_as_parsed_not_as_typed() {
+    let outs = Job::program(FFT3D, &["--n", "8", "--reps", "1", "--warmup", "0"], 2)
+        .timeout(TIMEOUT)
+        .env(env::ENGINE, "")
+        .extra_args_on(1, "--grid 01x002")
+        .run();
+    for (rank, o) in outs.iter().enumerate() {
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(0), "rank {rank}: {err}");
+    }
+    let out = String::from_utf8_lossy(&outs[0].stdout).into_owned();
+    assert_eq!(field(&out, "grid"), "1x2");
+    let outs = Job::program(FFT3D, &["--n", "8"], 2)
+        .timeout(TIMEOUT)
+        .env(env::ENGINE, "")
+        .extra_args_on(1, "--grid 2x01")
+        .run();
+    for (rank, o) in outs.iter().enumerate() {
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "rank {rank}: {err}");
+        assert!(
+            err.contains("rank 1 was given other flags than rank 0 (--grid 1x2 -> 2x1"),
+            "rank {rank}: {err}"
+        );
+    }
+}

@@ -172,8 +172,13 @@ struct Reader<'b> {
 impl Reader<'_> {
     fn take(&mut self, n: usize) -> Result<&[u8]> {
         let end = self.at.checked_add(n).filter(|&e| e <= self.b.len());
-        let end =
-            end.ok_or_else(|| anyhow!("{}: truncated at byte {}", self.path.display(), self.at))?;
+        let end = end.ok_or_else(|| {
+            anyhow!(
+                "{}: truncated at byte {}",
+                hpc_io::message::path(self.path),
+                self.at
+            )
+        })?;
         let s = &self.b[self.at..end];
         self.at = end;
         Ok(s)
@@ -186,7 +191,11 @@ impl Reader<'_> {
     fn f64(&mut self) -> Result<f64> {
         let x = f64::from_le_bytes(self.take(8)?.try_into()?);
         if x.is_nan() {
-            bail!("{}: a NaN at byte {}", self.path.display(), self.at - 8);
+            bail!(
+                "{}: a NaN at byte {}",
+                hpc_io::message::path(self.path),
+                self.at - 8
+            );
         }
         Ok(x)
     }
@@ -199,7 +208,7 @@ impl Reader<'_> {
         if !x.is_finite() {
             bail!(
                 "{}: {what} of neuron {t} is {x} (at byte {}): not a state a run has",
-                self.path.display(),
+                hpc_io::message::path(self.path),
                 self.at - 8
             );
         }
@@ -230,7 +239,7 @@ fn read_neuron(r: &mut Reader, t: u32, d: usize, ne: u32, max_refractory: u32) -
     if refractory > max_refractory {
         bail!(
             "{}: neuron {t} has {refractory} refractory steps left, more than the model's {max_refractory}",
-            r.path.display()
+            hpc_io::message::path(r.path)
         );
     }
     let [i_ex, di_ex, i_in, di_in, v, i_0] = st;
@@ -250,7 +259,7 @@ fn read_neuron(r: &mut Reader, t: u32, d: usize, ne: u32, max_refractory: u32) -
     if n > (r.b.len() - r.at) / 20 {
         bail!(
             "{}: neuron {t} claims {n} archived spikes, more than the file holds",
-            r.path.display()
+            hpc_io::message::path(r.path)
         );
     }
     let archive = (0..n)
@@ -323,7 +332,7 @@ fn each_saved(
     if rd.at != f.bytes.len() {
         bail!(
             "{}: {} bytes left over after the last neuron",
-            f.path.display(),
+            hpc_io::message::path(&f.path),
             f.bytes.len() - rd.at
         );
     }
@@ -388,7 +397,7 @@ pub fn restore(
         }
         sh.plastic
             .restore_weights(&weights)
-            .map_err(|e| anyhow!("checkpoint {}: {e}", r.dir().display()))?;
+            .map_err(|e| anyhow!("checkpoint {}: {e}", hpc_io::message::path(r.dir())))?;
     }
     Ok(step)
 }

@@ -22,9 +22,13 @@ use hpc_spiking::plasticity::StdpRow;
 use hpc_spiking::Block;
 
 #[derive(Parser, Debug)]
+// A negative number is a flag's value, refused by the flag's own check
+// ("dt must be > 0, got -1"), not clap's "unexpected argument '-1' found",
+// which named the value and not the flag.
 #[command(
     name = "hpc_benchmark",
     version,
+    allow_negative_numbers = true,
     about = "NEST's hpc_benchmark (balanced network, STDP on E->E), distributed with hpc-rs"
 )]
 struct Args {
@@ -160,7 +164,7 @@ fn run(args: Args) -> Result<()> {
     hpc_spiking::run::same_on_every_rank(
         &world,
         &serde_json::json!({
-            "params": model.params, "out": args.out.to_string_lossy(), "run": ra.shared(),
+            "params": model.params, "out": hpc_spiking::run::path_setting(&args.out), "run": ra.shared(),
 
         }),
     )?;

@@ -363,19 +363,23 @@ impl<'a> Simulation<'a> {
             })?;
             self.record(&mut intake, &all, step0)?;
             self.step += m;
+            // Every rank stops at the same step (one word each every few
+            // intervals; the exchange above is complete). Looked at before the
+            // checkpoint, as the other networks' loop does: it also notes the
+            // step completed, which an error of the checkpoint's write names
+            // (it named the interval before: "stopped after 9.0 ms: cannot
+            // write …/step-0000000100/…").
+            let stop = on_signal.check_among(
+                self.step,
+                (self.size, self.step == iv.end),
+                |words, all| ex.overlap(words, all, || ()).map(|_| ()),
+            )?;
             if iv.at_checkpoint(self.step) {
                 if let Some(ck) = checkpoints.as_mut() {
                     self.write_checkpoint(ex, ck, &intake)?;
                 }
             }
             progress(self.step, model.steps);
-            // Every rank stops at the same step (one word each every few
-            // intervals; the exchange above is complete).
-            let stop = on_signal.check_among(
-                self.step,
-                (self.size, self.step == iv.end),
-                |words, all| ex.overlap(words, all, || ()).map(|_| ()),
-            )?;
             if let Some(stopped) = stop {
                 // The spike file holds every spike recorded so far.
                 if let Some(w) = intake.writer.as_mut() {
@@ -467,7 +471,7 @@ impl<'a> Simulation<'a> {
                 Some(p) => p,
                 None if opts.spikes.is_some() => bail!(
                     "checkpoint {} has no spike file to continue",
-                    r.dir().display()
+                    hpc_io::message::path(r.dir())
                 ),
                 None => Vec::new(),
             },

@@ -390,3 +390,48 @@ fn delay_rows_beyond_the_memory_available_are_an_error_not_a_panic() {
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(err.contains("rows (delays up to"), "{err}");
 }
+
+/// A checkpoint that cannot be written (every file limited to 4096 bytes: a
+/// write past it fails as on a full disk) ends the run naming the time it had
+/// completed, the checkpoint's: it said "stopped after 9.0 ms" of the step-100
+/// (10 ms) checkpoint, the time of the interval before.
+#[test]
+fn a_checkpoint_that_cannot_be_written_names_the_time_it_was_written_at() {
+    let dir = tmpdir("ckpt-efbig");
+    let ck = dir.join("ck");
+    let mut c = small_cmd(
+        &dir.join("out"),
+        &[
+            "--no-plot",
+            "--no-spikes",
+            "--checkpoint-every",
+            "10",
+            "--checkpoint-dir",
+            ck.to_str().unwrap(),
+        ],
+    );
+    let o = hpc_test_support::example::limit_file_size(&mut c, 4096)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("stopped after 10.0 ms: ") && err.contains("step-0000000100"),
+        "{err}"
+    );
+    assert!(err.contains("File too large"), "{err}");
+}
+
+/// A `--restart` refused once the output directory is locked (here one that
+/// does not exist) leaves no directory behind when the run made it: it left
+/// OUT holding only an empty `run.lock`.
+#[test]
+fn a_refused_restart_leaves_no_output_directory_it_made() {
+    let dir = tmpdir("restart-made");
+    let out = dir.join("out");
+    let o = small(&out, &["--no-plot", "--restart", "/nonexistent/ck"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("--restart /nonexistent/ck"), "{err}");
+    assert!(!out.exists(), "{err}");
+}

@@ -133,6 +133,119 @@ fn hostile_arguments_are_named_not_a_traceback_or_a_hang() {
     std::fs::remove_dir_all(&d).unwrap();
 }
 
+/// A finished run of `engine` (seed 1, lambda 0, scale 0.1) as `--results`
+/// holds it, run by the build `build` ([`builds`]).
+fn row(engine: &str, build: &str) -> String {
+    serde_json::json!({
+        "engine": engine, "seed": 1, "lambda": 0.0, "scale": 0.1, "t_presim": 50.0,
+        "t_sim": 250.0, "build": build, "rate": 8.0, "mean_pa": 45.6096, "sd_pa": 0.0,
+        "p5_pa": 45.6, "p95_pa": 45.6, "weights_from": "all", "build_s": 1.0, "sim_s": 2.0,
+        "sim_cpu_s": 2.0, "wall_s": 3.0, "cpu_s": 3.0, "peak_rss": 1 << 20,
+        "bytes_per_syn": 10.0, "load": 1.0,
+    })
+    .to_string()
+}
+
+/// Stands for the build of ours in [`row`]: replaced by [`with_builds`].
+const OURS: &str = "BUILD-OF-OURS";
+/// Stands for the build of NEST in [`row`]: replaced by [`with_builds`].
+const NEST: &str = "BUILD-OF-NEST";
+
+/// `text` with [`OURS`] and [`NEST`] replaced by the builds `validate.py`
+/// gives `/bin/false` (the `--hpc-benchmark` of [`validate`]) and its
+/// default `--python` (this `python3`), by its own `build_of`.
+fn with_builds(text: &str) -> String {
+    let o = Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import os, sys; sys.path.insert(0, sys.argv[1]); import validate as v; \
+             print(v.build_of(v.Path('/bin/false'))); \
+             print(v.build_of(os.path.abspath(sys.executable), v.HERE / 'nest_hpc_benchmark.py'))",
+        )
+        .arg(tool().parent().unwrap())
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    let mut lines = out.lines();
+    let (ours, nest) = (lines.next(), lines.next());
+    let (Some(ours), Some(nest)) = (ours, nest) else {
+        panic!("no builds: {}", String::from_utf8_lossy(&o.stderr));
+    };
+    text.replace(OURS, ours).replace(NEST, nest)
+}
+
+/// A `--results` row is reused only for the build that ran it: one of an
+/// earlier build of the binary (another `build`, or none, as every row before
+/// pass 21) was reported as this build's run, status 0, the binary never run.
+/// Now it is run again (here `/bin/false`, which fails: status 1), saying the
+/// results hold a run of another build; the same rows with this build's
+/// `build` are reused and nothing runs.
+#[test]
+fn a_results_row_of_another_build_is_run_again_not_reused() {
+    if !have_python() {
+        return;
+    }
+    let d = scratch("build");
+    let results = d.join("runs.jsonl");
+    let args = [
+        "--layers",
+        "2",
+        "--seeds-off",
+        "1",
+        "--scale",
+        "0.1",
+        "--results",
+        results.to_str().unwrap(),
+    ];
+    let mut no_build: serde_json::Value = serde_json::from_str(&row("ours", OURS)).unwrap();
+    no_build.as_object_mut().unwrap().remove("build").unwrap();
+    let no_build = no_build.to_string();
+    for ours in [row("ours", "0123abcd"), no_build] {
+        let text = with_builds(&format!("{ours}\n{}\n", row("NEST", NEST)));
+        std::fs::write(&results, text).unwrap();
+        let o = validate(&args, Stdio::piped());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{ours}: {err}");
+        assert!(
+            err.contains("running ours, seed 1, lambda 0.0, scale 0.1 (the results hold a run of another build)")
+                && err.contains("/bin/false failed with status 1"),
+            "{ours}: {err}"
+        );
+        assert!(!String::from_utf8_lossy(&o.stdout).contains("PASS"));
+    }
+    // This build's rows: reused, nothing run.
+    let text = with_builds(&format!("{}\n{}\n", row("ours", OURS), row("NEST", NEST)));
+    std::fs::write(&results, text).unwrap();
+    let o = validate(&args, Stdio::piped());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(!err.contains("running"), "{err}");
+    assert!(String::from_utf8_lossy(&o.stdout).contains("PASS"));
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+/// A `--results` whose name holds a line break and a terminal's escape is
+/// quoted in validate.py's messages, one line: it was written raw (pass 21,
+/// as the spike tools' paths).
+#[test]
+fn a_results_name_with_a_line_break_is_quoted_in_one_line() {
+    if !have_python() {
+        return;
+    }
+    let d = scratch("odd-name");
+    let results = d.join("r\nx\u{1b}[31m.jsonl");
+    std::fs::write(&results, "not json\n").unwrap();
+    let o = validate(&["--results", results.to_str().unwrap()], Stdio::null());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("r\\nx\\x1b[31m.jsonl': line 1 is not a JSON run"),
+        "{err:?}"
+    );
+    assert_eq!(err.trim_end().lines().count(), 1, "{err:?}");
+}
+
 /// The report written to a full device (`> /dev/full`) ends with one line naming
 /// standard output and status 1, not a traceback. The runs come from a results
 /// file, so nothing is run.
@@ -143,17 +256,11 @@ fn a_report_to_a_full_device_is_one_line_and_status_1() {
     }
     let d = scratch("full");
     let results = d.join("runs.jsonl");
-    let row = |engine: &str| {
-        serde_json::json!({
-            "engine": engine, "seed": 1, "lambda": 0.0, "scale": 0.1, "t_presim": 50.0,
-            "t_sim": 250.0, "rate": 8.0, "mean_pa": 45.6096, "sd_pa": 0.0, "p5_pa": 45.6,
-            "p95_pa": 45.6, "weights_from": "all", "build_s": 1.0, "sim_s": 2.0,
-            "sim_cpu_s": 2.0, "wall_s": 3.0, "cpu_s": 3.0, "peak_rss": 1 << 20,
-            "bytes_per_syn": 10.0, "load": 1.0,
-        })
-        .to_string()
-    };
-    std::fs::write(&results, format!("{}\n{}\n", row("ours"), row("NEST"))).unwrap();
+    std::fs::write(
+        &results,
+        with_builds(&format!("{}\n{}\n", row("ours", OURS), row("NEST", NEST))),
+    )
+    .unwrap();
     let args = [
         "--layers",
         "2",
@@ -352,7 +459,8 @@ fn before_after_says_what_it_compared_and_refuses_a_run_stopped_early() {
 /// paths of the binary and of `--keep` (the docstring's
 /// `target/release/hpc_benchmark`: the runs start in the work directory, where
 /// it is not). Pass 16: a `FileNotFoundError` or `KeyError` traceback, a binary
-/// "not found" with status 127, the outputs in `KEEP/KEEP`.
+/// "not found" with status 127, the outputs in `KEEP/KEEP`. Pass 21: a binary
+/// that writes nothing given a `--keep` holding an earlier run's summary.
 #[test]
 fn a_binary_or_results_row_of_another_shape_and_relative_paths_are_handled() {
     if !have_python() {
@@ -411,6 +519,15 @@ fn a_binary_or_results_row_of_another_shape_and_relative_paths_are_handled() {
     let (_, err) = run(&["--hpc-benchmark", "./fake.sh", "--keep", "kept"]);
     assert!(d.join("kept/ours-1-0.0/summary.json").is_file(), "{err}");
     assert!(!d.join("kept/kept").exists(), "{err}");
+    // A binary that writes nothing, given that --keep: the summary an earlier
+    // invocation left there was read as its run's.
+    let (status, err) = run(&["--hpc-benchmark", "/bin/true", "--keep", "kept"]);
+    assert_eq!(status, Some(1), "{err}");
+    assert!(
+        err.contains("/bin/true did not write")
+            && err.contains("ours-1-0.0/summary.json: the one there is an earlier run's"),
+        "{err}"
+    );
     // before-after.sh with a binary writing another program's summary.
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/before-after.sh");
     let o = Command::new("bash")

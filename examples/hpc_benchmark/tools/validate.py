@@ -10,7 +10,11 @@ engine (from layer 2 of this invocation or the results file, or --baseline-hz).
 Each seed runs ours then NEST's (alternating, one thread each, under `nice`), so a
 change in the machine's load falls on both. Every finished run is appended to
 --results (JSON lines) and reused when asked for again, so an interrupted
-validation resumes where it stopped.
+validation resumes where it stopped. A row is reused only for the same build
+of the program that ran it (its "build": the SHA-256 of the binary's bytes;
+for NEST, of the --python path and nest_hpc_benchmark.py): a row of an earlier
+build of ours, or of one without that field, is run again, not taken for
+this build's.
 
     validate.py --hpc-benchmark target/release/hpc_benchmark [--layers 2 3]
         [--scale 1] [--seeds-off 1 2 3] [--seeds-plastic 1 2 3 4 5]
@@ -24,6 +28,7 @@ The cost table at the end gives each engine's simulate CPU-seconds per
 biological second and the ratios.
 """
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -39,6 +44,8 @@ sys.path.insert(0, str(HERE.parent.parent.parent / "crates" / "hpc-spiking" / "p
 import hpc_spikes  # noqa: E402
 
 PROG = "validate.py"
+# The largest program whose bytes tell its build (a release binary is tens of MB).
+MAX_BINARY_BYTES = 1 << 30
 # The largest --results file read (a run is one line of about 600 bytes).
 MAX_RESULTS_BYTES = 64 << 20
 
@@ -73,7 +80,7 @@ def run_child(cmd, cwd):
     wall = time.perf_counter() - tic
     if proc.returncode != 0:
         sys.stderr.write(out.decode(errors="replace")[-4000:])
-        raise SystemExit(f"{cmd[0]} failed with status {proc.returncode}")
+        raise SystemExit(f"{hpc_spikes.shown_path(cmd[0])} failed with status {proc.returncode}")
     return wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss * 1024
 
 
@@ -82,8 +89,9 @@ def run_ours(a, seed, lam, work, binary=None, tag="ours"):
     cmd = [binary or a.hpc_benchmark, "--scale", str(a.scale), "--seed", str(seed), "--lambda", str(lam),
            "--t-presim", str(a.t_presim), "--t-sim", str(a.t_sim), "--threads", "1",
            "--no-spikes", "--quiet", "--out", str(out)]
+    before = hpc_spikes.stamp(out / "summary.json")
     wall, cpu, _ = run_child(cmd, work)
-    with summary_of(cmd[0], out / "summary.json") as s:
+    with summary_of(cmd[0], out / "summary.json", before) as s:
         w = s["weights"]
         return {"rate": s["mean_rate_hz"], "mean_pa": w["mean_pa"], "sd_pa": w["sd_pa"],
                 "p5_pa": w["p5_pa"], "p95_pa": w["p95_pa"], "weights_from": "all",
@@ -96,27 +104,34 @@ class summary_of:
     """`with summary_of(program, path) as s:` the JSON object at path that program
     wrote, its fields read in the block: a file that is missing, is not JSON, or
     lacks a field or has one of another type (a program that is not hpc_benchmark,
-    /bin/true) ends in one line naming the program and the file, not a traceback."""
+    /bin/true) ends in one line naming the program and the file, not a traceback;
+    so does a file that program did not write (its stamp is still `before`, what
+    an earlier invocation left in a --keep directory)."""
 
-    def __init__(self, program, path):
-        self.program, self.path = program, path
+    def __init__(self, program, path, before=None):
+        self.program, self.path, self.before = program, path, before
 
     def __enter__(self):
+        try:
+            hpc_spikes.written_since(self.path, self.before)
+        except ValueError:
+            fail(f"{hpc_spikes.shown_path(self.program)} did not write {hpc_spikes.shown_path(self.path)}: the one there is an earlier "
+                 "run's (is it hpc_benchmark?)")
         try:
             # Bounded, a regular file only (read_text() waited for a FIFO's
             # writer without end and read /dev/zero until memory ran out).
             s = hpc_spikes.read_json(self.path)
         except FileNotFoundError:
-            fail(f"{self.program} wrote no {self.path} (is it hpc_benchmark?)")
+            fail(f"{hpc_spikes.shown_path(self.program)} wrote no {hpc_spikes.shown_path(self.path)} (is it hpc_benchmark?)")
         except (OSError, ValueError, RecursionError) as e:
-            fail(f"{self.path} that {self.program} wrote cannot be read: {str(e)[:200]}")
+            fail(f"{hpc_spikes.shown_path(self.path)} that {hpc_spikes.shown_path(self.program)} wrote cannot be read: {str(e)[:200]}")
         if not isinstance(s, dict):
-            fail(f"{self.path} that {self.program} wrote is not a JSON object")
+            fail(f"{hpc_spikes.shown_path(self.path)} that {hpc_spikes.shown_path(self.program)} wrote is not a JSON object")
         return s
 
     def __exit__(self, kind, e, tb):
         if isinstance(e, (KeyError, TypeError, ValueError)):
-            fail(f"{self.path} that {self.program} wrote is not the summary of a run "
+            fail(f"{hpc_spikes.shown_path(self.path)} that {hpc_spikes.shown_path(self.program)} wrote is not the summary of a run "
                  f"(is it hpc_benchmark?): {type(e).__name__} {str(e)[:200]}")
         return False
 
@@ -130,8 +145,9 @@ def run_nest(a, seed, lam, work):
     cmd = [a.python, str(HERE / "nest_hpc_benchmark.py"), "--scale", str(a.scale), "--seed", str(seed),
            "--lambda", str(lam), "--t-presim", str(a.t_presim), "--t-sim", str(a.t_sim), "--threads", "1",
            "--json", str(js)]
+    before = hpc_spikes.stamp(js)
     wall, cpu, _ = run_child(cmd, work)
-    with summary_of(cmd[1], js) as s:
+    with summary_of(cmd[1], js, before) as s:
         w = s["weights"]
         return {"rate": s["mean_rate_hz"], "mean_pa": w["mean_pa"], "sd_pa": w["sd_pa"],
                 "p5_pa": w["p5_pa"], "p95_pa": w["p95_pa"],
@@ -141,9 +157,39 @@ def run_nest(a, seed, lam, work):
                 "bytes_per_syn": s["bytes_per_synapse"]}
 
 
+def build_of(*parts):
+    """The SHA-256 (hex) of `parts`, each a path whose bytes are read (at most
+    MAX_BINARY_BYTES) or a str taken as it is: the identity of a program's
+    build, kept in every row it ran."""
+    h = hashlib.sha256()
+    for part in parts:
+        if isinstance(part, str):
+            h.update(part.encode("utf-8", errors="surrogateescape") + b"\0")
+            continue
+        try:
+            # Bounded, a regular file only, as every file the tools read.
+            h.update(hpc_spikes.read_regular(part, MAX_BINARY_BYTES))
+        except hpc_spikes.SpikeFileError as e:
+            fail(f"{hpc_spikes.shown_path(part)} cannot be read to tell its build: {e}")
+        except OSError as e:
+            fail(f"{hpc_spikes.shown_path(part)}: cannot be read to tell its build: {e.strerror or e}")
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def builds(a):
+    """The build of each engine this invocation runs (see build_of)."""
+    b = {"ours": build_of(Path(a.hpc_benchmark)), "NEST": build_of(a.python, HERE / "nest_hpc_benchmark.py")}
+    if a.before:
+        b["before"] = build_of(Path(a.before))
+    return b
+
+
 def key(a, engine, seed, lam):
+    # The build too: a row of an earlier build of the binary (same engine name,
+    # seed and times) was reused and reported as this build's.
     return {"engine": engine, "seed": seed, "lambda": lam, "scale": a.scale, "t_presim": a.t_presim,
-            "t_sim": a.t_sim}
+            "t_sim": a.t_sim, "build": a.builds[engine]}
 
 
 def load(path):
@@ -157,11 +203,11 @@ def load(path):
     except hpc_spikes.SpikeFileError as e:
         # "PATH is a FIFO, not a regular file", "PATH is N bytes, more than ...".
         what = str(e)
-        if what.startswith(f"{path} is "):
-            what = what[len(f"{path} is "):]
-        fail(f"--results {path}: {what} (a JSON-lines file of finished runs)")
+        if what.startswith(f"{hpc_spikes.shown_path(path)} is "):
+            what = what[len(f"{hpc_spikes.shown_path(path)} is "):]
+        fail(f"--results {hpc_spikes.shown_path(path)}: {what} (a JSON-lines file of finished runs)")
     except OSError as e:
-        fail(f"--results {path}: {e.strerror or e}")
+        fail(f"--results {hpc_spikes.shown_path(path)}: {e.strerror or e}")
     rows = []
     for i, line in enumerate(text.splitlines(), 1):
         if not line.strip():
@@ -170,16 +216,16 @@ def load(path):
             row = json.loads(line)
         except (ValueError, RecursionError) as e:
             # RecursionError: a line nested deeper than Python's recursion limit.
-            fail(f"--results {path}: line {i} is not a JSON run: {e}")
+            fail(f"--results {hpc_spikes.shown_path(path)}: line {i} is not a JSON run: {e}")
         if not isinstance(row, dict):
-            fail(f"--results {path}: line {i} is not a JSON object")
+            fail(f"--results {hpc_spikes.shown_path(path)}: line {i} is not a JSON object")
         # A row is reused as a finished run: every number the tables print must be
         # there (a hand-edited or foreign line was a KeyError's traceback).
         missing = next((k for k in RUN_NUMBERS if isinstance(row.get(k), bool)
                         or not isinstance(row.get(k), (int, float))
                         or not math.isfinite(row[k])), None)
         if missing is not None:
-            fail(f"--results {path}: line {i} is not a finished run of this tool "
+            fail(f"--results {hpc_spikes.shown_path(path)}: line {i} is not a finished run of this tool "
                  f"(no finite number {missing})")
         rows.append(row)
     return rows
@@ -190,7 +236,10 @@ def get(a, rows, engine, seed, lam, work):
     for r in rows:
         if all(r.get(f) == v for f, v in k.items()):
             return r
-    print(f"running {engine}, seed {seed}, lambda {lam}, scale {a.scale} ...", file=sys.stderr, flush=True)
+    other = any(r.get("build") != k["build"] and all(r.get(f) == v for f, v in k.items() if f != "build")
+                for r in rows)
+    print(f"running {engine}, seed {seed}, lambda {lam}, scale {a.scale}"
+          f"{' (the results hold a run of another build)' if other else ''} ...", file=sys.stderr, flush=True)
     res = {"ours": run_ours, "before": run_before, "NEST": run_nest}[engine](a, seed, lam, work)
     res.update(k)
     res["load"] = os.getloadavg()[0]
@@ -260,14 +309,14 @@ def main():
     if a.baseline_hz and not all(math.isfinite(b) and b > 0 for b in a.baseline_hz):
         p.error(f"--baseline-hz {a.baseline_hz[0]} {a.baseline_hz[1]}: rates must be finite and above 0")
     if a.keep and os.path.exists(a.keep) and not os.path.isdir(a.keep):
-        p.error(f"--keep {a.keep}: exists and is not a directory")
+        p.error(f"--keep {hpc_spikes.shown_path(a.keep)}: exists and is not a directory")
     # Each finished run is appended to --results: its folder must be there before
     # the first run (minutes at scale 1), not found missing after it.
     if a.results and not os.path.isdir(os.path.dirname(os.path.abspath(a.results))):
-        p.error(f"--results {a.results}: its folder does not exist")
+        p.error(f"--results {hpc_spikes.shown_path(a.results)}: its folder does not exist")
     # Refused before the first run (minutes), not when its row is appended.
     if a.results and os.path.islink(a.results):
-        p.error(f"--results {a.results} is a symbolic link: a results file is never appended "
+        p.error(f"--results {hpc_spikes.shown_path(a.results)} is a symbolic link: a results file is never appended "
                 "through one (give the file it points to)")
     # Seeds and programs too (a seed beyond u64 failed in the binary, a --python
     # that is no program after the first of our runs, minutes at scale 1).
@@ -279,12 +328,13 @@ def main():
     for flag, prog in [("--hpc-benchmark", a.hpc_benchmark), ("--before", a.before),
                        ("--python", a.python)]:
         if prog is not None and not (os.path.isfile(prog) and os.access(prog, os.X_OK)):
-            p.error(f"{flag} {prog}: not an executable file")
+            p.error(f"{flag} {hpc_spikes.shown_path(prog)}: not an executable file")
     # The runs start in the work directory: a relative path (the docstring's
     # target/release/hpc_benchmark, --keep out) is taken from here, not from there.
     a.hpc_benchmark, a.python = os.path.abspath(a.hpc_benchmark), os.path.abspath(a.python)
     if a.before:
         a.before = os.path.abspath(a.before)
+    a.builds = builds(a)
     rows = load(a.results)
     tmp = None
     if a.keep:

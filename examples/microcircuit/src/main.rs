@@ -30,9 +30,13 @@ enum Exchange {
 }
 
 #[derive(Parser, Debug)]
+// A negative number is a flag's value, refused by the flag's own check
+// ("dt must be > 0, got -1"), not clap's "unexpected argument '-1' found",
+// which named the value and not the flag.
 #[command(
     name = "microcircuit",
     version,
+    allow_negative_numbers = true,
     about = "Potjans & Diesmann (2014) cortical microcircuit (NEST's Potjans_2014), distributed with hpc-rs"
 )]
 struct Args {
@@ -83,8 +87,12 @@ struct Args {
 }
 
 fn params_of(args: &Args) -> Result<Params> {
+    use hpc_spiking::args::{flag_file, read_flag_file};
     let mut p = match &args.config {
-        Some(f) => Params::from_file(f)?,
+        Some(f) => {
+            let text = read_flag_file("--config", f, hpc_io::read::MAX_CONFIG_BYTES)?;
+            Params::from_toml_str(&text).with_context(|| flag_file("--config", f))?
+        }
         None => Params::default(),
     };
     macro_rules! set {
@@ -101,6 +109,34 @@ fn params_of(args: &Args) -> Result<Params> {
         p.thalamus.enabled = true;
     }
     Ok(p)
+}
+
+/// Where the parameters came from, for an error about their values when a
+/// file set them: `--config FILE`, with the flags that override it
+/// (`--config FILE with --t-sim, --dc`); `None` without `--config` (the
+/// message names the parameter, as its flag is named). A value of the file
+/// that the model refused was named without the file.
+fn params_source(args: &Args) -> Option<String> {
+    let file = args.config.as_deref()?;
+    let flags: Vec<&str> = [
+        ("--n-scaling", args.n_scaling.is_some()),
+        ("--k-scaling", args.k_scaling.is_some()),
+        ("--t-sim", args.t_sim.is_some()),
+        ("--t-presim", args.t_presim.is_some()),
+        ("--seed", args.seed.is_some()),
+        ("--poisson", args.poisson),
+        ("--dc", args.dc),
+        ("--thalamic", args.thalamic),
+    ]
+    .into_iter()
+    .filter_map(|(flag, given)| given.then_some(flag))
+    .collect();
+    let file = hpc_spiking::args::flag_file("--config", file);
+    Some(if flags.is_empty() {
+        file
+    } else {
+        format!("{file} with {}", flags.join(", "))
+    })
 }
 
 /// The exchange the run uses: `--exchange` between the ranks of `world`.
@@ -121,7 +157,10 @@ fn run(args: Args) -> Result<()> {
     ra.check()?;
     let params = params_of(&args)?;
     // Every parameter is checked here, before anything is allocated.
-    let model = Model::new(params)?;
+    let model = match (Model::new(params), params_source(&args)) {
+        (Err(e), Some(from)) => return Err(e.context(from)),
+        (model, _) => model?,
+    };
     let dt = model.params.dt;
     let times = ra.times(dt, model.steps)?;
     microcircuit::sim::set_portable_update(args.portable_update);
@@ -133,7 +172,7 @@ fn run(args: Args) -> Result<()> {
     hpc_spiking::run::same_on_every_rank(
         &world,
         &serde_json::json!({
-            "params": model.params, "out": args.out.to_string_lossy(), "run": ra.shared(),
+            "params": model.params, "out": hpc_spiking::run::path_setting(&args.out), "run": ra.shared(),
             "exchange": format!("{:?}", args.exchange),
         }),
     )?;

@@ -319,7 +319,7 @@ impl Params {
     pub fn from_file(path: &Path) -> Result<Params> {
         // Bounded and never blocking: a FIFO or /dev/zero is refused at once.
         let text = hpc_io::read::read_regular_to_string(path, hpc_io::read::MAX_CONFIG_BYTES)?;
-        Params::from_toml_str(&text).with_context(|| format!("in {}", path.display()))
+        Params::from_toml_str(&text).with_context(|| format!("in {}", hpc_io::message::path(path)))
     }
 
     /// The parameters as TOML.

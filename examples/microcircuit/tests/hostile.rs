@@ -94,6 +94,32 @@ fn bad_files_are_refused() {
     refused(&["--t-sim", "-5"], None, "t_sim must be > 0");
 }
 
+/// A refusal of `--config` names the flag as well as the file, and a value
+/// the model refuses names the file (and the flags over it) when a file set
+/// it: they said "/tmp is a directory, not a regular file" and "dt must be >
+/// 0, got -1", the flag or the file unnamed.
+#[test]
+fn config_refusals_name_the_flag_and_the_file() {
+    refused(&[], Some("dt = -1\n"), "p.toml: dt must be > 0, got -1");
+    refused(&[], Some("dt = -1\n"), "error: --config /");
+    refused(
+        &["--t-sim", "10", "--dc"],
+        Some("dt = -1\n"),
+        "p.toml with --t-sim, --dc: dt must be > 0",
+    );
+    refused(&[], Some("dt = [\n"), "p.toml: not valid TOML");
+    let o = Command::new(BIN)
+        .args(["--config", "/", "--out", "/nonexistent/out"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("error: --config /: / is a directory, not a regular file"),
+        "{err}"
+    );
+}
+
 /// The last message is one write: `hpc run` stopping a rank between the pieces of
 /// `writeln!` left `microcircuit: error: ` cut short.
 #[test]

@@ -42,9 +42,9 @@ bad = [s for s in a.seeds if not 0 <= s < 2**64]
 if bad:
     ap.error(f"--seeds {bad[0]}: a seed is a whole number from 0 to 2^64 - 1")
 if not (os.path.isfile(a.microcircuit) and os.access(a.microcircuit, os.X_OK)):
-    ap.error(f"--microcircuit {a.microcircuit}: not an executable file")
+    ap.error(f"--microcircuit {hpc_spikes.shown_path(a.microcircuit)}: not an executable file")
 if a.keep and os.path.exists(a.keep) and not os.path.isdir(a.keep):
-    ap.error(f"--keep {a.keep}: exists and is not a directory")
+    ap.error(f"--keep {hpc_spikes.shown_path(a.keep)}: exists and is not a directory")
 
 # The statistics need numpy: said before any run (the binary runs first now).
 try:
@@ -64,11 +64,17 @@ for seed in a.seeds:
     # not after NEST's minutes.
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(a.keep, f"seed-{seed}") if a.keep else tmp
+        # What a kept directory holds from an earlier invocation, which a
+        # binary that writes nothing left to be read as this run's.
+        files = [os.path.join(out, n) for n in ("spikes.spk", "summary.json")]
+        before = [hpc_spikes.stamp(f) for f in files]
         hpc_spikes.run_or_exit([a.microcircuit, "--seed", str(seed), "--out", out, "--quiet",
                                 "--no-plot"] + common, PROG)
         # A binary that is no microcircuit (/bin/true) writes neither: one line
         # naming it, not a traceback.
         try:
+            for f, b in zip(files, before):
+                hpc_spikes.written_since(f, b)
             spikes = os.path.join(out, "spikes.spk")
             hpc_spikes.check_run(spikes)
             f = hpc_spikes.read(spikes)
@@ -76,8 +82,8 @@ for seed in a.seeds:
             summ = hpc_spikes.read_json(os.path.join(out, "summary.json"))
             summ["simulate_recorded_s"] + summ["build_s"] + f.header["t_presim_ms"]
         except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:
-            print(f"{PROG}: --microcircuit {a.microcircuit} wrote no run's spikes.spk and "
-                  f"summary.json in {out}: {str(e)[:200]}", file=sys.stderr)
+            print(f"{PROG}: --microcircuit {hpc_spikes.shown_path(a.microcircuit)} wrote no run's spikes.spk and "
+                  f"summary.json in {hpc_spikes.shown_path(out)}: {str(e)[:200]}", file=sys.stderr)
             sys.exit(1)
     names = [p["name"] for p in f.header["populations"]]
     if names != POPS:
@@ -85,7 +91,7 @@ for seed in a.seeds:
         # traceback after NEST's run (none: at pops[-1]).
         shown = ", ".join(hpc_spikes._word(n) for n in names[:10]) or "none"
         more = f" and {len(names) - 10} more" if len(names) > 10 else ""
-        sys.exit(f"{PROG}: --microcircuit {a.microcircuit} wrote the populations {shown}{more}, "
+        sys.exit(f"{PROG}: --microcircuit {hpc_spikes.shown_path(a.microcircuit)} wrote the populations {shown}{more}, "
                  f"not the microcircuit's {', '.join(POPS)}: it is not the microcircuit")
     n = hpc_spikes.run_or_exit([sys.executable, os.path.join(HERE, "nest_microcircuit.py"),
                                 "--seed", str(seed)] + common, PROG)

@@ -185,6 +185,22 @@ mod tests {
         assert!(left.is_empty(), "{left:?}");
     }
 
+    /// Hostile pass 21: a file replaced (`hpc trace merge -o F`, F a user's
+    /// private 0640 file) became 0644, readable by every user. It keeps its
+    /// permission bits, as every replacement through `hpc_io::atomic`.
+    #[test]
+    fn a_file_replaced_keeps_its_mode() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = hpc_test_support::TmpDir::new("hpc-cli", "replace-mode");
+        let out = dir.join("private.json");
+        std::fs::write(&out, b"old").unwrap();
+        std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o640)).unwrap();
+        super::replace_file(&out, b"new").unwrap();
+        assert_eq!(std::fs::read(&out).unwrap(), b"new");
+        let mode = std::fs::metadata(&out).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o640);
+    }
+
     /// Hostile pass 20: a write that failed named only its hidden temporary
     /// ("writing ./.big.json.tmp-PID: File too large"), not the output asked
     /// for. The output is named.

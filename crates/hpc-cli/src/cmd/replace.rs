@@ -40,12 +40,7 @@ fn replace(path: &Path, bytes: &[u8], mode: Option<u32>) -> anyhow::Result<()> {
     // A regular file replaced keeps its permission bits (hostile pass 21: a
     // trace or page made private, 0600, came back 0644 for everyone to read);
     // never a set-id bit, on a file this process now owns.
-    let mode = mode.or_else(|| {
-        std::fs::symlink_metadata(path)
-            .ok()
-            .filter(std::fs::Metadata::is_file)
-            .map(|m| m.permissions().mode() & 0o777)
-    });
+    let mode = mode.or_else(|| hpc_io::atomic::kept_mode(path));
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),

@@ -6,7 +6,7 @@
 //! A directory locked and not started yet ([`RunDir::lock`](super::RunDir::lock),
 //! a run that is still checking its input or building) is noted too: nothing of
 //! it was changed, but its lock file names the run as its holder, which goes
-//! with the lock as at the run's end.
+//! with the lock as at the run's end (and a directory its lock made goes too).
 //!
 //! Every manifest write of a [`RunDir`](super::RunDir) holds [`STARTED`]'s lock,
 //! so the two never write one `run.json` at once, and once marked, the lock stays
@@ -20,9 +20,10 @@ use super::manifest::{now_ms, open_own, Manifest};
 use super::{write_replace, Status, LOCK, MANIFEST};
 
 /// A run of this process that holds its directory's lock: its id in this
-/// process, its directory and its manifest as last written (`None`: locked, not
-/// started yet).
-type Started = (u64, PathBuf, Option<Manifest>);
+/// process, its directory, its manifest as last written (`None`: locked, not
+/// started yet) and whether its `lock` made the directory (removed again
+/// when the run ends before it starts).
+type Started = (u64, PathBuf, Option<Manifest>, bool);
 
 /// The locked, unfinished runs of this process.
 static STARTED: Mutex<Vec<Started>> = Mutex::new(Vec::new());
@@ -43,20 +44,30 @@ pub(super) fn hold() -> MutexGuard<'static, Vec<Started>> {
 /// Notes the manifest `m` of the run `id` in `dir` as last written (`finished`:
 /// the run has ended, and is no longer noted).
 pub(super) fn note(held: &mut Vec<Started>, id: u64, dir: &Path, m: &Manifest, finished: bool) {
-    held.retain(|(i, _, _)| *i != id);
+    held.retain(|(i, _, _, _)| *i != id);
     if !finished {
-        held.push((id, dir.to_path_buf(), Some(m.clone())));
+        held.push((id, dir.to_path_buf(), Some(m.clone()), false));
     }
 }
 
 /// Notes the run `id` as holding the lock of `dir`, not started yet (`locked`
-/// false: it let the lock go without starting, and is no longer noted).
-pub(super) fn note_locked(id: u64, dir: &Path, locked: bool) {
+/// false: it let the lock go without starting, and is no longer noted;
+/// `made`: its `lock` made `dir`).
+pub(super) fn note_locked(id: u64, dir: &Path, locked: bool, made: bool) {
     let mut held = hold();
-    held.retain(|(i, _, _)| *i != id);
+    held.retain(|(i, _, _, _)| *i != id);
     if locked {
-        held.push((id, dir.to_path_buf(), None));
+        held.push((id, dir.to_path_buf(), None, made));
     }
+}
+
+/// Removes the lock file of the run directory `dir` and `dir` itself when
+/// nothing else is in it: a directory a run's `lock` made, which the run
+/// leaves before it starts (its input refused, a signal while it builds);
+/// it left a folder holding only an empty `run.lock`.
+pub(super) fn remove_made(dir: &Path) {
+    let _ = std::fs::remove_file(dir.join(LOCK));
+    let _ = std::fs::remove_dir(dir);
 }
 
 /// Marks every started, unfinished run of this process incomplete with `reason`
@@ -69,11 +80,15 @@ pub(super) fn note_locked(id: u64, dir: &Path, locked: bool) {
 pub fn mark_incomplete_before_exit(reason: &str) -> Vec<(PathBuf, super::Result<()>)> {
     let mut held = hold();
     let mut done = Vec::new();
-    for (_, dir, m) in held.iter_mut() {
+    for (_, dir, m, made) in held.iter_mut() {
         let Some(m) = m else {
             // Locked, not started: only the holder's name goes, as when such a
-            // run is dropped (a signal in the network's build left it).
+            // run is dropped (a signal in the network's build left it), and the
+            // directory when its lock made it.
             clear_holder(dir);
+            if *made {
+                remove_made(dir);
+            }
             continue;
         };
         m.files

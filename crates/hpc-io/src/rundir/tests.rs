@@ -533,3 +533,27 @@ fn names_are_plain_and_manifests_are_checked() {
     let e = inspect(&t.0).unwrap_err().to_string();
     assert!(e.contains("not a valid run manifest"), "{e}");
 }
+
+/// A run that locks a directory and is dropped before it starts (its input
+/// refused: a `--restart` of another program's checkpoint) removes the
+/// directory when `lock` made it: it left a folder holding only an empty
+/// `run.lock`. A directory that was there keeps what it held.
+#[test]
+fn a_directory_lock_made_goes_when_the_run_never_starts() {
+    let t = Tmp::new("made");
+    let fresh = t.0.join("fresh");
+    fs::create_dir_all(&t.0).unwrap();
+    drop(RunDir::lock(&fresh, info()).unwrap());
+    assert!(!fresh.exists(), "{} is left", fresh.display());
+    let there = t.0.join("there");
+    fs::create_dir_all(&there).unwrap();
+    fs::write(there.join("notes.txt"), "mine").unwrap();
+    drop(RunDir::lock(&there, info()).unwrap());
+    assert_eq!(fs::read_to_string(there.join("notes.txt")).unwrap(), "mine");
+    // Started, it stays (marked incomplete).
+    let started = t.0.join("started");
+    let mut run = RunDir::lock(&started, info()).unwrap();
+    run.start().unwrap();
+    drop(run);
+    assert!(started.join(MANIFEST).is_file());
+}
