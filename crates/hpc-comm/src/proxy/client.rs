@@ -580,8 +580,7 @@ impl ProxyClient for Client {
             std::thread::sleep(Duration::from_millis(1));
         }
         if p.direct {
-            eprintln!("hpc-collectives: the proxy did not confirm a cancellation; aborting rather than risk writes into freed memory");
-            std::process::abort();
+            super::abort_unconfirmed_cancel("the proxy", self.timeout);
         }
     }
 
