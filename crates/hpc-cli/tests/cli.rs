@@ -1159,6 +1159,68 @@ fn selftest_ranks_given_different_checks_are_refused_naming_them() {
     );
 }
 
+/// The library's settings are checked as a communicator reads them: a
+/// value it would warn about and not take as given fails the selftest,
+/// naming the variable and its value (the selftest read none of them, and
+/// passed with `HPC_SPIN_US=fast`); good values pass.
+#[test]
+fn selftest_checks_the_library_settings() {
+    let named = |var: &str, value: &str, why: &str| format!("{var}=\"{value}\" {why}");
+    let bad = [
+        (
+            hpc_env::SPIN_US,
+            "fast",
+            "is not a whole number (0 to 1000000)",
+        ),
+        (
+            hpc_env::SPIN_US,
+            "99999999",
+            "is above the most it may be, 1000000",
+        ),
+        (hpc_env::STAGE_MAX, "8k", "is not a whole number"),
+        (hpc_env::PROXY_MIN, "-1", "is not a whole number"),
+        (
+            hpc_env::AGENT_WAKE,
+            "soon",
+            "is ignored: neither eager nor lazy",
+        ),
+        (
+            hpc_env::PROXY_OWN_COPIES,
+            "yes",
+            "is ignored: not `1` or `0`",
+        ),
+        (hpc_env::PROGRESS_CPUSET, "x", "is ignored"),
+    ]
+    .map(|(var, value, why)| (var, value, named(var, value, why)))
+    .into_iter()
+    .chain([(
+        hpc_env::COLL_PROXY_PLACEMENT,
+        "moon",
+        "proxy placement \"moon\": expected host or dpu".to_string(),
+    )]);
+    for (var, value, why) in bad {
+        let o = Command::new(env!("CARGO_BIN_EXE_hpc"))
+            .args(["selftest", "--rounds", "1"])
+            .env(hpc_env::BOOTSTRAP, "singleton")
+            .env(var, value)
+            .output()
+            .unwrap();
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{var}={value}: {err}");
+        assert!(
+            err.contains("the library's settings: ") && err.contains(&why),
+            "{var}={value}: {err}"
+        );
+    }
+    let o = Command::new(env!("CARGO_BIN_EXE_hpc"))
+        .args(["selftest", "--rounds", "1"])
+        .env(hpc_env::BOOTSTRAP, "singleton")
+        .envs([(hpc_env::SPIN_US, "20"), (hpc_env::AGENT_WAKE, "lazy")])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
 #[test]
 fn perftest_output_to_a_full_device_is_an_error() {
     // perftest needs two ranks: each rank's own standard output is /dev/full.

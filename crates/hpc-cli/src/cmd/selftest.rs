@@ -222,6 +222,7 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
         let t_barrier = unix_ns();
         check_same_checks(&world, &args)?;
         check_world(&world, &args)?;
+        check_settings()?;
         let transport = if args.transport {
             check_transport(&world, args.transport_bytes).context("transport check")?
         } else {
@@ -282,6 +283,21 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
             bail!("selftest failed")
         }
     }
+}
+
+/// The library's settings, read as a communicator reads them: a value it
+/// would warn about and not take as given (`HPC_SPIN_US=fast`, a stage bound
+/// that is no number) is a failed check naming the variable. The selftest
+/// read none of them, and a job whose ranks would each warn and run on a
+/// default passed it without a word.
+fn check_settings() -> anyhow::Result<()> {
+    let problems = hpc_comm::settings_problems();
+    ensure!(
+        problems.is_empty(),
+        "the library's settings: {}",
+        problems.join("; ")
+    );
+    Ok(())
 }
 
 /// The world's own checks: its size and node count as expected, the same node
