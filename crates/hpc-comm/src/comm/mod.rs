@@ -199,6 +199,7 @@ impl Comm {
             opts.placement = Some(crate::Placement::from_env()?);
         }
         let opts = opts.resolve(world.local_size(), world.timeout());
+        options::same_on_every_rank(world, &opts)?;
         let timeout = opts.timeout.unwrap_or_default();
         #[cfg(feature = "mpi")]
         if opts.engine == Engine::Mpi {

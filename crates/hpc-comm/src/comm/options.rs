@@ -315,7 +315,8 @@ fn online_cores() -> usize {
 /// What is wrong with this process's settings of communicators, read as a
 /// communicator reads them: one line for each that it would warn about and
 /// not take as given (a default, or the most it may be, applies instead),
-/// and the placement's refusal. A communicator goes on with a warning (a
+/// the placement's refusal, and the transport's
+/// ([`hpc_rdma::settings_problems`]). A communicator goes on with a warning (a
 /// rank refusing to start over a tuning knob would lose the job); a launch
 /// check (`hpc selftest`) says what those warnings pass by.
 pub fn settings_problems() -> Vec<String> {
@@ -334,7 +335,54 @@ pub fn settings_problems() -> Vec<String> {
     if let Err(e) = crate::Placement::from_env() {
         out.push(e.to_string());
     }
+    out.extend(hpc_rdma::settings_problems());
     out
+}
+
+/// Refuses, on every rank, ranks given different settings that every rank
+/// of a communicator must share (a collective of `world`, before anything
+/// is built from them): whether the engine is the `Proxy` engine, its
+/// placement and its resolved [`CommOptions::proxy_min`]. Ranks of another
+/// `proxy_min` (documented as the same on every rank, never checked) each
+/// waited for the other until the timeout, "waiting for ranks [1]" naming
+/// no setting; ranks of another placement took each other's bytes for a
+/// board's name, or the launcher for unreachable.
+pub(super) fn same_on_every_rank(world: &hpc_runtime::World, opts: &CommOptions) -> Result<()> {
+    use hpc_runtime::env::{COLL_PROXY_PLACEMENT, PROXY_MIN};
+    let none = || "(none)".to_string();
+    let proxy = opts.engine == Engine::Proxy;
+    let placement = opts.placement.unwrap_or_default();
+    let engine = match opts.engine {
+        Engine::Proxy => "proxy",
+        #[cfg(feature = "mpi")]
+        Engine::Mpi => "mpi",
+        // These two may be mixed.
+        _ => "inline or thread",
+    };
+    let names = [
+        format!("placement ({COLL_PROXY_PLACEMENT})"),
+        format!("proxy_min ({PROXY_MIN})"),
+    ];
+    let values = [
+        ("engine", engine.to_string()),
+        (
+            names[0].as_str(),
+            if proxy {
+                placement.name().to_string()
+            } else {
+                none()
+            },
+        ),
+        (
+            names[1].as_str(),
+            match opts.proxy_min {
+                Some(m) if proxy && placement == crate::Placement::Host => m.to_string(),
+                _ => none(),
+            },
+        ),
+    ];
+    world.same_on_every_rank("communicator settings", &values)?;
+    Ok(())
 }
 
 /// The longest [`CommOptions::spin`]: [`hpc_runtime::env::MAX_SPIN_US`]
