@@ -1193,11 +1193,27 @@ fn selftest_checks_the_library_settings() {
     ]
     .map(|(var, value, why)| (var, value, named(var, value, why)))
     .into_iter()
-    .chain([(
-        hpc_env::COLL_PROXY_PLACEMENT,
-        "moon",
-        "proxy placement \"moon\": expected host or dpu".to_string(),
-    )]);
+    .chain([
+        (
+            hpc_env::COLL_PROXY_PLACEMENT,
+            "moon",
+            "proxy placement \"moon\": expected host or dpu".to_string(),
+        ),
+        (
+            hpc_env::TCP_ADDR,
+            "nowhere",
+            named(
+                hpc_env::TCP_ADDR,
+                "nowhere",
+                "is ignored: invalid IP address syntax",
+            ),
+        ),
+        (
+            hpc_env::TRANSPORT,
+            "carrier-pigeon",
+            named(hpc_env::TRANSPORT, "carrier-pigeon", "is not a transport"),
+        ),
+    ]);
     for (var, value, why) in bad {
         let o = Command::new(env!("CARGO_BIN_EXE_hpc"))
             .args(["selftest", "--rounds", "1"])
@@ -1219,6 +1235,56 @@ fn selftest_checks_the_library_settings() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
+}
+
+/// Ranks given different settings that every rank of a communicator must
+/// share are refused at once, the setting named: another `HPC_PROXY_MIN`
+/// (documented as the same on every rank, never checked) made each rank
+/// wait for the other until the timeout, "waiting for ranks [1]"; another
+/// placement took the other's bytes for a board's name ("file name
+/// contained an unexpected NUL byte") and the launcher for unreachable.
+#[test]
+fn selftest_ranks_given_different_communicator_settings_are_refused_naming_them() {
+    let hpc_bin = env!("CARGO_BIN_EXE_hpc");
+    for (var, value, differs) in [
+        (
+            hpc_env::PROXY_MIN,
+            "100000000",
+            format!("proxy_min ({}) 0 -> 100000000", hpc_env::PROXY_MIN),
+        ),
+        (
+            hpc_env::COLL_PROXY_PLACEMENT,
+            "dpu",
+            format!(
+                "placement ({}) host -> dpu, proxy_min ({}) 0 -> (none)",
+                hpc_env::COLL_PROXY_PLACEMENT,
+                hpc_env::PROXY_MIN
+            ),
+        ),
+    ] {
+        let script = format!(
+            "if [ \"${rank}\" = 1 ]; then export {var}={value}; fi; \
+             exec {hpc_bin} selftest --collectives proxy --rounds 1",
+            rank = hpc_env::RANK
+        );
+        let t = std::time::Instant::now();
+        let o = Command::new(hpc_bin)
+            .args(["run", "--proxy", "-n", "2", "--", "sh", "-c", &script])
+            .env(hpc_env::TIMEOUT, "20")
+            .env(hpc_env::PROXY_MIN, "0")
+            .output()
+            .unwrap();
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{var}: {err}");
+        assert!(
+            err.contains(&format!(
+                "rank 1 was given other communicator settings than rank 0 ({differs}: rank 0 \
+                 -> rank 1)"
+            )),
+            "{var}: {err}"
+        );
+        assert!(t.elapsed().as_secs() < 15, "{var}: {:?}", t.elapsed());
+    }
 }
 
 #[test]

@@ -118,9 +118,7 @@ fn local_ip(explicit: Option<IpAddr>) -> (IpAddr, &'static str) {
     }
     // An address that does not parse (or is not UTF-8) is warned about by name and
     // the default taken (it was taken without a word).
-    if let Some(ip) =
-        hpc_runtime::env::parsed(hpc_runtime::env::TCP_ADDR, |s| s.trim().parse::<IpAddr>())
-    {
+    if let Some(ip) = hpc_runtime::env::parsed(hpc_runtime::env::TCP_ADDR, parse_addr) {
         return (ip, hpc_runtime::env::TCP_ADDR);
     }
     if let Ok(r) = std::env::var(hpc_runtime::env::RENDEZVOUS) {
@@ -150,6 +148,11 @@ fn local_ip(explicit: Option<IpAddr>) -> (IpAddr, &'static str) {
         }
     }
     (IpAddr::V4(Ipv4Addr::LOCALHOST), "loopback")
+}
+
+/// `HPC_TCP_ADDR`'s value: an IP address.
+pub(crate) fn parse_addr(s: &str) -> std::result::Result<IpAddr, std::net::AddrParseError> {
+    s.trim().parse::<IpAddr>()
 }
 
 fn write_frame(w: &mut TcpStream, h: &Header, payload: &[u8]) -> std::io::Result<()> {
