@@ -1287,6 +1287,54 @@ fn selftest_ranks_given_different_communicator_settings_are_refused_naming_them(
     }
 }
 
+/// A DPU service that accepts and says nothing is named by the job:
+/// the node's first rank waited for it as long as the others waited for
+/// that rank, they gave up first ("allgather timed out after 5s: still
+/// waiting for rank(s) 0"), the launcher stopped it, and no line of the job
+/// named the service.
+#[test]
+fn selftest_names_a_silent_dpu_service() {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let at = l.local_addr().unwrap().to_string();
+    let held = std::thread::spawn(move || {
+        let mut kept = Vec::new();
+        l.set_nonblocking(true).unwrap();
+        let t0 = std::time::Instant::now();
+        while t0.elapsed() < std::time::Duration::from_secs(20) {
+            if let Ok((s, _)) = l.accept() {
+                kept.push(s);
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        std::thread::sleep(std::time::Duration::from_secs(8));
+        kept.len()
+    });
+    let hpc_bin = env!("CARGO_BIN_EXE_hpc");
+    let o = Command::new(hpc_bin)
+        .args(["run", "--proxy", "-n", "2", "--", hpc_bin, "selftest"])
+        .args(["--collectives", "proxy", "--rounds", "1"])
+        .env(hpc_env::TIMEOUT, "5")
+        .env(hpc_env::COLL_PROXY_PLACEMENT, "dpu")
+        .env(hpc_env::COLL_PROXY_DPU_HOST, &at)
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    // The first rank to fail names the service (the launcher may stop the
+    // other before its line), and no rank fails waiting for rank 0.
+    let named = format!("the DPU service at {at}: its greeting: none within 2.5s");
+    let failed: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("selftest failed on rank"))
+        .collect();
+    assert!(
+        !failed.is_empty() && failed.iter().all(|l| l.contains(&named)),
+        "{err}"
+    );
+    assert_eq!(held.join().unwrap(), 1, "the service was not asked");
+}
+
 #[test]
 fn perftest_output_to_a_full_device_is_an_error() {
     // perftest needs two ranks: each rank's own standard output is /dev/full.
