@@ -1296,6 +1296,8 @@ fn selftest_ranks_given_different_communicator_settings_are_refused_naming_them(
 fn selftest_names_a_silent_dpu_service() {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let at = l.local_addr().unwrap().to_string();
+    // Accepts one connection and holds it, silent, until the job is over.
+    let (over, done) = std::sync::mpsc::channel::<()>();
     let held = std::thread::spawn(move || {
         let mut kept = Vec::new();
         l.set_nonblocking(true).unwrap();
@@ -1307,7 +1309,7 @@ fn selftest_names_a_silent_dpu_service() {
             }
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
-        std::thread::sleep(std::time::Duration::from_secs(8));
+        let _ = done.recv_timeout(std::time::Duration::from_secs(30));
         kept.len()
     });
     let hpc_bin = env!("CARGO_BIN_EXE_hpc");
@@ -1319,6 +1321,7 @@ fn selftest_names_a_silent_dpu_service() {
         .env(hpc_env::COLL_PROXY_DPU_HOST, &at)
         .output()
         .unwrap();
+    let _ = over.send(());
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(2), "{err}");
     // The first rank to fail names the service (the launcher may stop the
