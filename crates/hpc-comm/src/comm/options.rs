@@ -342,7 +342,8 @@ pub fn settings_problems() -> Vec<String> {
 /// Refuses, on every rank, ranks given different settings that every rank
 /// of a communicator must share (a collective of `world`, before anything
 /// is built from them): whether the engine is the `Proxy` engine, its
-/// placement and its resolved [`CommOptions::proxy_min`]. Ranks of another
+/// placement and its resolved [`CommOptions::proxy_min`] where it applies
+/// (a communicator within one node, host placement). Ranks of another
 /// `proxy_min` (documented as the same on every rank, never checked) each
 /// waited for the other until the timeout, "waiting for ranks [1]" naming
 /// no setting; ranks of another placement took each other's bytes for a
@@ -352,6 +353,9 @@ pub(super) fn same_on_every_rank(world: &hpc_runtime::World, opts: &CommOptions)
     let none = || "(none)".to_string();
     let proxy = opts.engine == Engine::Proxy;
     let placement = opts.placement.unwrap_or_default();
+    // Across nodes every collective goes to the proxies whatever it says
+    // (the engine's `min` is 0 there), and its default differs by node.
+    let spans = (0..world.size()).any(|r| !world.same_node(0, r));
     let engine = match opts.engine {
         Engine::Proxy => "proxy",
         #[cfg(feature = "mpi")]
@@ -376,7 +380,7 @@ pub(super) fn same_on_every_rank(world: &hpc_runtime::World, opts: &CommOptions)
         (
             names[1].as_str(),
             match opts.proxy_min {
-                Some(m) if proxy && placement == crate::Placement::Host => m.to_string(),
+                Some(m) if proxy && placement == crate::Placement::Host && !spans => m.to_string(),
                 _ => none(),
             },
         ),
