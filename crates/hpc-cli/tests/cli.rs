@@ -1338,6 +1338,35 @@ fn selftest_names_a_silent_dpu_service() {
     assert_eq!(held.join().unwrap(), 1, "the service was not asked");
 }
 
+/// A proxy program that never serves is named by the job: the node's first
+/// rank waited for it as long as the others waited for that rank, they gave
+/// up first ("allgather timed out after 3s: still waiting for rank(s) 0"),
+/// the launcher stopped it, and no line named the proxy.
+#[test]
+fn selftest_names_a_proxy_that_never_serves() {
+    let hpc_bin = env!("CARGO_BIN_EXE_hpc");
+    let o = Command::new(hpc_bin)
+        .args(["run", "-n", "2", "--", hpc_bin, "selftest"])
+        .args(["--collectives", "proxy", "--rounds", "1"])
+        .env(hpc_env::TIMEOUT, "3")
+        .env(hpc_env::COLL_PROXY_CMD, "sleep 30")
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    let failed: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("selftest failed on rank"))
+        .collect();
+    assert!(
+        !failed.is_empty()
+            && failed
+                .iter()
+                .all(|l| l.contains("did not start serving within 1.5s")),
+        "{err}"
+    );
+}
+
 #[test]
 fn perftest_output_to_a_full_device_is_an_error() {
     // perftest needs two ranks: each rank's own standard output is /dev/full.
