@@ -49,6 +49,7 @@ pub fn accept_greetings<const N: usize>(
 ) -> std::io::Result<bool> {
     l.set_nonblocking(true)?;
     let mut waiting: VecDeque<Waiting<N>> = VecDeque::new();
+    let (mut evicted, mut closed_count) = (0u64, 0u64);
     loop {
         if Instant::now() > deadline {
             return Ok(false);
@@ -63,7 +64,12 @@ pub fn accept_greetings<const N: usize>(
                     }
                     if waiting.len() >= MAX_WAITING {
                         if let Some(w) = waiting.pop_front() {
-                            tracing::warn!(from = %w.from, "{who}: more than {MAX_WAITING} connections wait for their greeting; closed the oldest");
+                            // Said once: a flood of connections is not a
+                            // flood of warnings.
+                            evicted += 1;
+                            if evicted == 1 {
+                                tracing::warn!(from = %w.from, "{who}: more than {MAX_WAITING} connections wait for their greeting; closing the oldest");
+                            }
                         }
                     }
                     waiting.push_back(Waiting {
@@ -105,7 +111,12 @@ pub fn accept_greetings<const N: usize>(
             match closed {
                 Some(why) => {
                     let w = waiting.remove(i).expect("index in range");
-                    tracing::warn!(from = %w.from, "{who}: closed a connection that {why}");
+                    closed_count += 1;
+                    if closed_count == 1 {
+                        tracing::warn!(from = %w.from, "{who}: closed a connection that {why} (the next are logged at debug level)");
+                    } else {
+                        tracing::debug!(from = %w.from, "{who}: closed a connection that {why}");
+                    }
                 }
                 None => i += 1,
             }
