@@ -1160,9 +1160,10 @@ fn selftest_ranks_given_different_checks_are_refused_naming_them() {
 }
 
 /// The library's settings are checked as a communicator reads them: a
-/// value it would warn about and not take as given fails the selftest,
-/// naming the variable and its value (the selftest read none of them, and
-/// passed with `HPC_SPIN_US=fast`); good values pass.
+/// value it would warn about and not take as given is said by every rank,
+/// naming the variable, its value and why, and listed in the JSON; as in the
+/// library the check goes on on the default (the selftest read none of
+/// them, and passed with `HPC_SPIN_US=fast` without a word).
 #[test]
 fn selftest_checks_the_library_settings() {
     let named = |var: &str, value: &str, why: &str| format!("{var}=\"{value}\" {why}");
@@ -1197,7 +1198,7 @@ fn selftest_checks_the_library_settings() {
         (
             hpc_env::COLL_PROXY_PLACEMENT,
             "moon",
-            "proxy placement \"moon\": expected host or dpu".to_string(),
+            "unsupported: proxy placement \"moon\": expected host or dpu".to_string(),
         ),
         (
             hpc_env::TCP_ADDR,
@@ -1211,7 +1212,10 @@ fn selftest_checks_the_library_settings() {
         (
             hpc_env::TRANSPORT,
             "carrier-pigeon",
-            named(hpc_env::TRANSPORT, "carrier-pigeon", "is not a transport"),
+            format!(
+                "invalid argument: {}",
+                named(hpc_env::TRANSPORT, "carrier-pigeon", "is not a transport")
+            ),
         ),
     ]);
     for (var, value, why) in bad {
@@ -1222,12 +1226,25 @@ fn selftest_checks_the_library_settings() {
             .output()
             .unwrap();
         let err = stderr(&o);
-        assert_eq!(o.status.code(), Some(2), "{var}={value}: {err}");
+        assert_eq!(o.status.code(), Some(0), "{var}={value}: {err}");
         assert!(
-            err.contains("the library's settings: ") && err.contains(&why),
+            err.contains(&format!("selftest: rank 0: the library's settings: {why}")),
             "{var}={value}: {err}"
         );
     }
+    let o = Command::new(env!("CARGO_BIN_EXE_hpc"))
+        .args(["selftest", "--rounds", "1", "--json"])
+        .env(hpc_env::BOOTSTRAP, "singleton")
+        .env(hpc_env::SPIN_US, "fast")
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(
+        v["settings"][0]
+            .as_str()
+            .is_some_and(|p| p.starts_with("HPC_SPIN_US=\"fast\" is not a whole number")),
+        "{v}"
+    );
     let o = Command::new(env!("CARGO_BIN_EXE_hpc"))
         .args(["selftest", "--rounds", "1"])
         .env(hpc_env::BOOTSTRAP, "singleton")
@@ -1235,6 +1252,11 @@ fn selftest_checks_the_library_settings() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        !stderr(&o).contains("the library's settings"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 /// Ranks given different settings that every rank of a communicator must
