@@ -173,6 +173,25 @@ fn write_frame(w: &mut TcpStream, h: &Header, payload: &[u8]) -> std::io::Result
 /// the end of what is filled.
 const RECV_STEP: usize = 1 << 20;
 
+/// Connects to rank `p`'s listener at `addr`, trying again until `deadline`;
+/// each try is given a second, never past the deadline (the last try, given
+/// its whole second, ended up to a second after it).
+fn connect_by(p: usize, addr: SocketAddr, deadline: Instant) -> Result<TcpStream> {
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        // At least a millisecond: a timeout of 0 is refused.
+        let wait = left.clamp(Duration::from_millis(1), Duration::from_secs(1));
+        match TcpStream::connect_timeout(&addr, wait) {
+            Ok(s) => return Ok(s),
+            Err(e) if Instant::now() < deadline => {
+                tracing::debug!(peer = p, %addr, error = %e, "tcp connect retry");
+                std::thread::sleep(Duration::from_millis(20).min(left));
+            }
+            Err(e) => return Err(Error::lost(p, format!("cannot connect to {addr}"), Some(e))),
+        }
+    }
+}
+
 /// Accepts on `l` the connections of the ranks `missing`, each known by its
 /// hello carrying `token`, into `streams`, by `deadline` (`timeout` after the
 /// set-up began, for the message). A connection that says something else is
@@ -258,18 +277,7 @@ impl Tcp {
                 .split_once(' ')
                 .and_then(|(a, t)| Some((a.parse::<SocketAddr>().ok()?, t.parse::<u64>().ok()?)))
                 .ok_or_else(|| Error::Protocol(format!("rank {p}'s tcp endpoint {text:?}")))?;
-            let s = loop {
-                match TcpStream::connect_timeout(&addr, Duration::from_secs(1)) {
-                    Ok(s) => break s,
-                    Err(e) if Instant::now() < deadline => {
-                        tracing::debug!(peer = p, %addr, error = %e, "tcp connect retry");
-                        std::thread::sleep(Duration::from_millis(20));
-                    }
-                    Err(e) => {
-                        return Err(Error::lost(p, format!("cannot connect to {addr}"), Some(e)))
-                    }
-                }
-            };
+            let s = connect_by(p, addr, deadline)?;
             let mut hello = Header::new(Kind::Hello);
             hello.op = me as u64;
             hello.key = tok;
@@ -941,6 +949,33 @@ mod tests {
             "{e}"
         );
         drop(silent);
+    }
+
+    /// Connecting to a listener that takes no more connections (its queue
+    /// full: the kernel drops the tries) ends at the set-up's deadline: each
+    /// try was given a whole second, and the last ended up to a second
+    /// after the deadline (2 s for a deadline of 1.2 s). The error names
+    /// the rank and the address.
+    #[test]
+    fn connecting_to_a_full_listener_ends_at_the_deadline() {
+        let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        // A queue of one connection, taken by the first.
+        rustix::net::listen(&l, 0).unwrap();
+        let at = l.local_addr().unwrap();
+        let _queued = TcpStream::connect(at).unwrap();
+        let t0 = Instant::now();
+        let e = connect_by(3, at, t0 + Duration::from_millis(1200))
+            .unwrap_err()
+            .to_string();
+        let took = t0.elapsed();
+        assert!(
+            took >= Duration::from_millis(1100) && took < Duration::from_millis(1600),
+            "{took:?}: {e}"
+        );
+        assert!(
+            e.contains(&format!("rank 3 is lost: cannot connect to {at}")),
+            "{e}"
+        );
     }
 
     /// A connection that says nothing does not hold a rank's that comes
