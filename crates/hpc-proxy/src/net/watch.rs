@@ -32,19 +32,48 @@ pub fn watch_each_other(
     let (mine, token) = watch_address(&l)?;
     let all = world.allgather(mine.as_bytes())?;
     let mut watch: Vec<Option<std::net::TcpStream>> = (0..n).map(|_| None).collect();
-    for (p, at) in all.iter().enumerate().take(me) {
-        watch[p] = Some(watch_connect(at, &format!("proxy {p}'s"), me, timeout)?);
-    }
+    // One deadline for every connection, made and accepted: each connection
+    // to a proxy before this one was given the whole timeout, one after the
+    // other, and the accepts the whole of it again.
+    let deadline = Instant::now() + timeout;
+    connect_each(&all[..me], me, deadline, &mut watch)?;
     watch_accept(
         &l,
         token,
         &mut watch,
         |p| p > me,
-        timeout,
+        left(deadline),
         "proxy",
         |_| "the other proxies did not connect".to_string(),
     )?;
     Ok(watch)
+}
+
+/// The time left until `deadline`, at least a millisecond (a timeout of 0
+/// is none).
+fn left(deadline: Instant) -> Duration {
+    deadline
+        .saturating_duration_since(Instant::now())
+        .max(Duration::from_millis(1))
+}
+
+/// Connects the watch connection of proxy `me` to each proxy whose address
+/// is in `at` (by index, [`watch_address`]'s), into `watch`, by `deadline`.
+fn connect_each(
+    at: &[Vec<u8>],
+    me: usize,
+    deadline: Instant,
+    watch: &mut [Option<std::net::TcpStream>],
+) -> Result<()> {
+    for (p, at) in at.iter().enumerate() {
+        watch[p] = Some(watch_connect(
+            at,
+            &format!("proxy {p}'s"),
+            me,
+            left(deadline),
+        )?);
+    }
+    Ok(())
 }
 
 /// What a watch listener `l` tells the job (`ADDRESS TOKEN`, for
@@ -182,6 +211,53 @@ mod tests {
         assert!(took < Duration::from_secs(3), "{took:?}: {e}");
         assert!(e.contains("did not connect within 800ms"), "{e}");
         drop(silent);
+    }
+
+    /// The connections to the proxies before this one end by one deadline:
+    /// each was given the whole timeout, one after the other. Here the first
+    /// proxy's listener takes the connection late (its queue full until
+    /// 300 ms: the kernel's second try, after a second, gets in), the
+    /// second's never: a set-up of 1.5 s took 2.5 s.
+    #[test]
+    fn connections_to_full_listeners_end_by_one_deadline() {
+        use std::os::fd::AsRawFd;
+        let full = || {
+            let l = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0)).unwrap();
+            // SAFETY: `l`'s descriptor is open (it owns it) and listening;
+            // listen(2) again only sets its queue to one connection.
+            assert_eq!(unsafe { libc::listen(l.as_raw_fd(), 0) }, 0);
+            // The queue's one place, taken.
+            let queued = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+            let (at, _) = watch_address(&l).unwrap();
+            (l, queued, at.into_bytes())
+        };
+        let (late, never) = (full(), full());
+        let (at_late, at_never) = (late.2.clone(), never.2.clone());
+        let frees = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            let taken = late.0.accept().unwrap();
+            std::thread::sleep(Duration::from_secs(2));
+            drop((late, taken));
+        });
+        let mut slots: Vec<Option<std::net::TcpStream>> = (0..3).map(|_| None).collect();
+        let t0 = Instant::now();
+        let e = connect_each(
+            &[at_late, at_never],
+            2,
+            t0 + Duration::from_millis(1500),
+            &mut slots,
+        )
+        .unwrap_err()
+        .to_string();
+        let took = t0.elapsed();
+        assert!(
+            slots[0].is_some(),
+            "the first proxy's connection was not made: {e}"
+        );
+        assert!(took < Duration::from_millis(1900), "{took:?}: {e}");
+        assert!(e.contains("connecting to the proxy at"), "{e}");
+        drop(never);
+        frees.join().unwrap();
     }
 
     /// A watch connection that says nothing does not hold a peer's that
