@@ -1367,6 +1367,236 @@ fn selftest_ranks_given_different_checks_are_refused_naming_them() {
     );
 }
 
+/// The library's settings are checked as a communicator reads them: a
+/// value it would warn about and not take as given is said by every rank,
+/// naming the variable, its value and why, and listed in the JSON; as in the
+/// library the check goes on on the default (the selftest read none of
+/// them, and passed with `HPC_SPIN_US=fast` without a word).
+#[test]
+fn selftest_checks_the_library_settings() {
+    let named = |var: &str, value: &str, why: &str| format!("{var}=\"{value}\" {why}");
+    let bad = [
+        (
+            hpc_env::SPIN_US,
+            "fast",
+            "is not a whole number (0 to 1000000)",
+        ),
+        (
+            hpc_env::SPIN_US,
+            "99999999",
+            "is above the most it may be, 1000000",
+        ),
+        (hpc_env::STAGE_MAX, "8k", "is not a whole number"),
+        (hpc_env::PROXY_MIN, "-1", "is not a whole number"),
+        (
+            hpc_env::AGENT_WAKE,
+            "soon",
+            "is ignored: neither eager nor lazy",
+        ),
+        (
+            hpc_env::PROXY_OWN_COPIES,
+            "yes",
+            "is ignored: not `1` or `0`",
+        ),
+        (hpc_env::PROGRESS_CPUSET, "x", "is ignored"),
+    ]
+    .map(|(var, value, why)| (var, value, named(var, value, why)))
+    .into_iter()
+    .chain([
+        (
+            hpc_env::COLL_PROXY_PLACEMENT,
+            "moon",
+            "unsupported: proxy placement \"moon\": expected host or dpu".to_string(),
+        ),
+        (
+            hpc_env::TCP_ADDR,
+            "nowhere",
+            named(
+                hpc_env::TCP_ADDR,
+                "nowhere",
+                "is ignored: invalid IP address syntax",
+            ),
+        ),
+        (
+            hpc_env::TRANSPORT,
+            "carrier-pigeon",
+            format!(
+                "invalid argument: {}",
+                named(hpc_env::TRANSPORT, "carrier-pigeon", "is not a transport")
+            ),
+        ),
+    ]);
+    for (var, value, why) in bad {
+        let o = Command::new(env!("CARGO_BIN_EXE_hpc"))
+            .args(["selftest", "--rounds", "1"])
+            .env(hpc_env::BOOTSTRAP, "singleton")
+            .env(var, value)
+            .output()
+            .unwrap();
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(0), "{var}={value}: {err}");
+        assert!(
+            err.contains(&format!("selftest: rank 0: the library's settings: {why}")),
+            "{var}={value}: {err}"
+        );
+    }
+    let o = Command::new(env!("CARGO_BIN_EXE_hpc"))
+        .args(["selftest", "--rounds", "1", "--json"])
+        .env(hpc_env::BOOTSTRAP, "singleton")
+        .env(hpc_env::SPIN_US, "fast")
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(
+        v["settings"][0]
+            .as_str()
+            .is_some_and(|p| p.starts_with("HPC_SPIN_US=\"fast\" is not a whole number")),
+        "{v}"
+    );
+    let o = Command::new(env!("CARGO_BIN_EXE_hpc"))
+        .args(["selftest", "--rounds", "1"])
+        .env(hpc_env::BOOTSTRAP, "singleton")
+        .envs([(hpc_env::SPIN_US, "20"), (hpc_env::AGENT_WAKE, "lazy")])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        !stderr(&o).contains("the library's settings"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// Ranks given different settings that every rank of a communicator must
+/// share are refused at once, the setting named: another `HPC_PROXY_MIN`
+/// (documented as the same on every rank, never checked) made each rank
+/// wait for the other until the timeout, "waiting for ranks [1]"; another
+/// placement took the other's bytes for a board's name ("file name
+/// contained an unexpected NUL byte") and the launcher for unreachable.
+#[test]
+fn selftest_ranks_given_different_communicator_settings_are_refused_naming_them() {
+    let hpc_bin = env!("CARGO_BIN_EXE_hpc");
+    for (var, value, differs) in [
+        (
+            hpc_env::PROXY_MIN,
+            "100000000",
+            format!("proxy_min ({}) 0 -> 100000000", hpc_env::PROXY_MIN),
+        ),
+        (
+            hpc_env::COLL_PROXY_PLACEMENT,
+            "dpu",
+            format!(
+                "placement ({}) host -> dpu, proxy_min ({}) 0 -> (none)",
+                hpc_env::COLL_PROXY_PLACEMENT,
+                hpc_env::PROXY_MIN
+            ),
+        ),
+    ] {
+        let script = format!(
+            "if [ \"${rank}\" = 1 ]; then export {var}={value}; fi; \
+             exec {hpc_bin} selftest --collectives proxy --rounds 1",
+            rank = hpc_env::RANK
+        );
+        let t = std::time::Instant::now();
+        let o = Command::new(hpc_bin)
+            .args(["run", "--proxy", "-n", "2", "--", "sh", "-c", &script])
+            .env(hpc_env::TIMEOUT, "20")
+            .env(hpc_env::PROXY_MIN, "0")
+            .output()
+            .unwrap();
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{var}: {err}");
+        assert!(
+            err.contains(&format!(
+                "rank 1 was given other communicator settings than rank 0 ({differs}: rank 0 \
+                 -> rank 1)"
+            )),
+            "{var}: {err}"
+        );
+        assert!(t.elapsed().as_secs() < 15, "{var}: {:?}", t.elapsed());
+    }
+}
+
+/// A DPU service that accepts and says nothing is named by the job:
+/// the node's first rank waited for it as long as the others waited for
+/// that rank, they gave up first ("allgather timed out after 5s: still
+/// waiting for rank(s) 0"), the launcher stopped it, and no line of the job
+/// named the service.
+#[test]
+fn selftest_names_a_silent_dpu_service() {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let at = l.local_addr().unwrap().to_string();
+    // Accepts one connection and holds it, silent, until the job is over.
+    let (over, done) = std::sync::mpsc::channel::<()>();
+    let held = std::thread::spawn(move || {
+        let mut kept = Vec::new();
+        l.set_nonblocking(true).unwrap();
+        let t0 = std::time::Instant::now();
+        while t0.elapsed() < std::time::Duration::from_secs(20) {
+            if let Ok((s, _)) = l.accept() {
+                kept.push(s);
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let _ = done.recv_timeout(std::time::Duration::from_secs(30));
+        kept.len()
+    });
+    let hpc_bin = env!("CARGO_BIN_EXE_hpc");
+    let o = Command::new(hpc_bin)
+        .args(["run", "--proxy", "-n", "2", "--", hpc_bin, "selftest"])
+        .args(["--collectives", "proxy", "--rounds", "1"])
+        .env(hpc_env::TIMEOUT, "5")
+        .env(hpc_env::COLL_PROXY_PLACEMENT, "dpu")
+        .env(hpc_env::COLL_PROXY_DPU_HOST, &at)
+        .output()
+        .unwrap();
+    let _ = over.send(());
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    // The first rank to fail names the service (the launcher may stop the
+    // other before its line), and no rank fails waiting for rank 0.
+    let named = format!("the DPU service at {at}: its greeting: none within 2.5s");
+    let failed: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("selftest failed on rank"))
+        .collect();
+    assert!(
+        !failed.is_empty() && failed.iter().all(|l| l.contains(&named)),
+        "{err}"
+    );
+    assert_eq!(held.join().unwrap(), 1, "the service was not asked");
+}
+
+/// A proxy program that never serves is named by the job: the node's first
+/// rank waited for it as long as the others waited for that rank, they gave
+/// up first ("allgather timed out after 3s: still waiting for rank(s) 0"),
+/// the launcher stopped it, and no line named the proxy.
+#[test]
+fn selftest_names_a_proxy_that_never_serves() {
+    let hpc_bin = env!("CARGO_BIN_EXE_hpc");
+    let o = Command::new(hpc_bin)
+        .args(["run", "-n", "2", "--", hpc_bin, "selftest"])
+        .args(["--collectives", "proxy", "--rounds", "1"])
+        .env(hpc_env::TIMEOUT, "3")
+        .env(hpc_env::COLL_PROXY_CMD, "sleep 30")
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    let failed: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("selftest failed on rank"))
+        .collect();
+    assert!(
+        !failed.is_empty()
+            && failed
+                .iter()
+                .all(|l| l.contains("did not start serving within 1.5s")),
+        "{err}"
+    );
+}
+
 #[test]
 fn perftest_output_to_a_full_device_is_an_error() {
     // perftest needs two ranks: each rank's own standard output is /dev/full.

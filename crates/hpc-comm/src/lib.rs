@@ -52,9 +52,9 @@ mod spans;
 pub use hpc_proxy::fuzz;
 
 pub use comm::{
-    remove_boards_of, AgentWake, Comm, CommOptions, Engine, OwnedRecv, OwnedRequest, OwnedSend,
-    RecvRequest, Request, Scope, ScopedRequest, SendRequest, Source, Status, Tag, ANY_TAG,
-    DEFAULT_PROXY_MIN, DEFAULT_STAGE_MAX,
+    remove_boards_of, settings_problems, AgentWake, Comm, CommOptions, Engine, OwnedRecv,
+    OwnedRequest, OwnedSend, RecvRequest, Request, Scope, ScopedRequest, SendRequest, Source,
+    Status, Tag, ANY_TAG, DEFAULT_PROXY_MIN, DEFAULT_STAGE_MAX, MAX_SPIN,
 };
 pub use hpc_board::{shm, Buf, BufMut, Elem};
 pub use hpc_board::{Error, Result};

@@ -591,11 +591,16 @@ pub fn ask(
     let io = |e: std::io::Error| Error::transport_from(format!("the DPU service at {at}"), e);
     let line_err = |what: &str, e: LineError| match e {
         LineError::Io(e) => io(e),
+        LineError::Timeout => Error::transport(format!(
+            "the DPU service at {at}: {what}: none within {timeout:?}"
+        )),
         e => Error::transport(format!("the DPU service at {at}: {what}: {e}")),
     };
+    // One deadline for the whole exchange: the greeting and the answer were
+    // each given the timeout, so a service slow to greet held a rank twice it.
+    let deadline = Instant::now() + timeout;
     let mut r = BufReader::new(s.try_clone().map_err(io)?);
-    let greeting =
-        read_line(&mut r, Instant::now() + timeout).map_err(|e| line_err("its greeting", e))?;
+    let greeting = read_line(&mut r, deadline).map_err(|e| line_err("its greeting", e))?;
     let words: Vec<&str> = greeting
         .strip_prefix(GREETING)
         .map(|g| g.split_whitespace().collect())
@@ -635,8 +640,7 @@ pub fn ask(
     let mut w = r.get_ref();
     w.write_all(format!("{tag} {request}\n").as_bytes())
         .map_err(io)?;
-    let answer =
-        read_line(&mut r, Instant::now() + timeout).map_err(|e| line_err("its answer", e))?;
+    let answer = read_line(&mut r, deadline).map_err(|e| line_err("its answer", e))?;
     // The service's words go into the rank's log and errors: their control
     // characters escaped (a terminal's escape in a refusal cleared the
     // terminal where the rank's error was shown).
@@ -958,8 +962,7 @@ mod tests {
         let e = ask(&s, at, Some(&key(7)), SPEC, Duration::from_millis(300)).unwrap_err();
         assert!(t.elapsed() < Duration::from_secs(5));
         assert!(
-            e.to_string()
-                .contains("its greeting: no complete line in time"),
+            e.to_string().contains("its greeting: none within 300ms"),
             "{e}"
         );
     }
@@ -1079,5 +1082,36 @@ mod tests {
             "took {:?}",
             t.elapsed()
         );
+    }
+
+    /// A service that greets late and then says nothing holds a client for
+    /// the timeout, not twice it: the greeting and the answer were each
+    /// given the whole timeout (a greeting just before it, then silence,
+    /// held a rank 1.8 times its timeout). The error says what did not come
+    /// and the wait.
+    #[test]
+    fn a_slow_then_silent_service_holds_a_client_one_timeout() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let at = l.local_addr().unwrap();
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            std::thread::sleep(Duration::from_millis(800));
+            s.write_all(format!("{GREETING} open\n").as_bytes())
+                .unwrap();
+            // Reads the request, answers nothing.
+            let mut b = [0u8; 256];
+            let _ = std::io::Read::read(&mut s, &mut b);
+            std::thread::sleep(Duration::from_secs(3));
+        });
+        let s = TcpStream::connect(at).unwrap();
+        let t0 = Instant::now();
+        let e = ask(&s, at, None, SPEC, Duration::from_secs(1))
+            .unwrap_err()
+            .to_string();
+        let took = t0.elapsed();
+        assert!(took < Duration::from_millis(1500), "held {took:?}: {e}");
+        assert!(e.contains("its answer: none within 1s"), "{e}");
+        drop(s);
+        server.join().unwrap();
     }
 }

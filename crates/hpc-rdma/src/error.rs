@@ -65,6 +65,19 @@ pub enum Error {
         /// The library's error.
         source: Cause,
     },
+    /// A peer announced a message larger than this process can hold: more
+    /// than the memory available (`MemAvailable`), or more than the
+    /// allocator gave. Checked before its bytes are taken: a peer's claim of
+    /// 1 TiB aborted the receiver on its allocation.
+    TooLarge {
+        /// The rank that announced it.
+        rank: usize,
+        /// The bytes it announced.
+        bytes: u64,
+        /// The bytes of memory available here, where that was the bound
+        /// (`None`: the allocator refused).
+        available: Option<u64>,
+    },
     /// An operating-system call failed.
     Io(Arc<std::io::Error>),
     /// The runtime (endpoint exchange) failed.
@@ -92,6 +105,24 @@ impl std::fmt::Display for Error {
             Error::Protocol(why) => write!(f, "protocol error: {why}"),
             Error::InvalidArgument(why) => write!(f, "invalid argument: {why}"),
             Error::Library { call, source } => write!(f, "{call} failed: {source}"),
+            Error::TooLarge {
+                rank,
+                bytes,
+                available: Some(a),
+            } => write!(
+                f,
+                "rank {rank} announced a message of {bytes} bytes, more than the {a} bytes \
+                 of memory available here (MemAvailable)"
+            ),
+            Error::TooLarge {
+                rank,
+                bytes,
+                available: None,
+            } => write!(
+                f,
+                "rank {rank} announced a message of {bytes} bytes, more than this process \
+                 could allocate"
+            ),
             Error::Io(e) => write!(f, "I/O error: {e}"),
             Error::Runtime(e) => e.fmt(f),
         }
@@ -179,6 +210,46 @@ impl Error {
             source: Arc::new(source),
         }
     }
+}
+
+/// Announced messages up to this size are taken without looking at the
+/// memory available (reading `/proc/meminfo` for each would cost more than
+/// they do).
+const CLAIM_UNCHECKED: u64 = 1 << 20;
+
+/// Whether this process may hold a message of `bytes` that rank `peer`
+/// announced, before any of it arrived: more than the memory available
+/// (`MemAvailable`) is [`Error::TooLarge`], naming the peer and the size. The
+/// one rule for every backend that sizes a buffer by a peer's word (tcp's
+/// header, libfabric's announcement, shm's first fragment).
+pub(crate) fn check_claim(peer: usize, bytes: u64) -> Result<()> {
+    if bytes <= CLAIM_UNCHECKED {
+        return Ok(());
+    }
+    match hpc_io::read::mem_available() {
+        Some(a) if bytes > a => Err(Error::TooLarge {
+            rank: peer,
+            bytes,
+            available: Some(a),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// An empty vector with room for `bytes` of a message rank `peer`
+/// announced ([`check_claim`]), or [`Error::TooLarge`] where the allocator
+/// has not that much (it aborted the process).
+pub(crate) fn room_for_claim(peer: usize, bytes: u64) -> Result<Vec<u8>> {
+    check_claim(peer, bytes)?;
+    let too_large = || Error::TooLarge {
+        rank: peer,
+        bytes,
+        available: None,
+    };
+    let n = usize::try_from(bytes).map_err(|_| too_large())?;
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| too_large())?;
+    Ok(v)
 }
 
 pub(crate) fn check_bounds(offset: u64, len: u64, region_len: u64) -> Result<()> {

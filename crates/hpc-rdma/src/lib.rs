@@ -270,6 +270,22 @@ impl Options {
     }
 }
 
+/// What is wrong with this process's settings of the transport, read as the
+/// transport reads them: `HPC_TRANSPORT` naming no transport (an error when
+/// a transport is made), and an `HPC_TCP_ADDR` that is no address (warned
+/// about, and the default taken). For a launch check (`hpc selftest`).
+pub fn settings_problems() -> Vec<String> {
+    let mut out = Vec::new();
+    if let Err(e) = Options::from_env() {
+        out.push(e.to_string());
+    }
+    out.extend(hpc_runtime::env::parsed_problem(
+        hpc_runtime::env::TCP_ADDR,
+        tcp::parse_addr,
+    ));
+    out
+}
+
 mod sealed {
     pub trait Sealed {}
 }

@@ -251,7 +251,15 @@ impl Shm {
                         err = Some(format!("fragmented message of {total} bytes"));
                         return;
                     }
-                    let mut data = Vec::with_capacity(total as usize);
+                    // Room as the peer announces it, bounded by the memory
+                    // here (`MAX_MESSAGE` is 64 GiB whatever the host has).
+                    let mut data = match crate::error::room_for_claim(peer.rank, total) {
+                        Ok(v) => v,
+                        Err(e) => {
+                            err = Some(e.to_string());
+                            return;
+                        }
+                    };
                     data.resize(rec.len() - 8, 0);
                     rec.copy_to(8, &mut data);
                     *partial = Some(Partial {

@@ -15,7 +15,7 @@
 //! connection's lock.
 
 use std::collections::HashMap;
-use std::io::{IoSlice, Read, Write};
+use std::io::{IoSlice, Write};
 use std::net::{IpAddr, Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -28,7 +28,7 @@ use rustix::event::{PollFd, PollFlags};
 use hpc_runtime::World;
 
 use crate::completion::{OpId, Payload, Shared, Sink, Source};
-use crate::error::{check_bounds, Error, Result};
+use crate::error::{check_bounds, room_for_claim, Error, Result};
 use crate::region::{copy_in_order, Region, RemoteKey};
 use crate::wire::{status, Header, Kind, HEADER_BYTES};
 use crate::{Backend, BackendKind};
@@ -118,9 +118,7 @@ fn local_ip(explicit: Option<IpAddr>) -> (IpAddr, &'static str) {
     }
     // An address that does not parse (or is not UTF-8) is warned about by name and
     // the default taken (it was taken without a word).
-    if let Some(ip) =
-        hpc_runtime::env::parsed(hpc_runtime::env::TCP_ADDR, |s| s.trim().parse::<IpAddr>())
-    {
+    if let Some(ip) = hpc_runtime::env::parsed(hpc_runtime::env::TCP_ADDR, parse_addr) {
         return (ip, hpc_runtime::env::TCP_ADDR);
     }
     if let Ok(r) = std::env::var(hpc_runtime::env::RENDEZVOUS) {
@@ -152,6 +150,11 @@ fn local_ip(explicit: Option<IpAddr>) -> (IpAddr, &'static str) {
     (IpAddr::V4(Ipv4Addr::LOCALHOST), "loopback")
 }
 
+/// `HPC_TCP_ADDR`'s value: an IP address.
+pub(crate) fn parse_addr(s: &str) -> std::result::Result<IpAddr, std::net::AddrParseError> {
+    s.trim().parse::<IpAddr>()
+}
+
 fn write_frame(w: &mut TcpStream, h: &Header, payload: &[u8]) -> std::io::Result<()> {
     let hb = h.encode();
     let mut bufs = [IoSlice::new(&hb), IoSlice::new(payload)];
@@ -166,25 +169,35 @@ fn write_frame(w: &mut TcpStream, h: &Header, payload: &[u8]) -> std::io::Result
     Ok(())
 }
 
-/// The longest an accepted connection is given to say its hello.
-const HELLO_WAIT: Duration = Duration::from_secs(5);
+/// How much more of a message's room is filled each time its bytes reach
+/// the end of what is filled.
+const RECV_STEP: usize = 1 << 20;
 
-/// How long an accepted connection may take to speak: [`HELLO_WAIT`], but
-/// never past `deadline` (at least a millisecond: a read timeout of 0 is
-/// none).
-fn hello_wait(deadline: Instant) -> Duration {
-    deadline
-        .saturating_duration_since(Instant::now())
-        .clamp(Duration::from_millis(1), HELLO_WAIT)
+/// Connects to rank `p`'s listener at `addr`, trying again until `deadline`;
+/// each try is given a second, never past the deadline (the last try, given
+/// its whole second, ended up to a second after it).
+fn connect_by(p: usize, addr: SocketAddr, deadline: Instant) -> Result<TcpStream> {
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        // At least a millisecond: a timeout of 0 is refused.
+        let wait = left.clamp(Duration::from_millis(1), Duration::from_secs(1));
+        match TcpStream::connect_timeout(&addr, wait) {
+            Ok(s) => return Ok(s),
+            Err(e) if Instant::now() < deadline => {
+                tracing::debug!(peer = p, %addr, error = %e, "tcp connect retry");
+                std::thread::sleep(Duration::from_millis(20).min(left));
+            }
+            Err(e) => return Err(Error::lost(p, format!("cannot connect to {addr}"), Some(e))),
+        }
+    }
 }
 
-/// Accepts on `l` (made non-blocking) the connections of the ranks
-/// `missing`, each known by its hello carrying `token`, into `streams`, by
-/// `deadline` (`timeout` after the set-up began, for the message). A
-/// connection that says nothing, or something else, is refused; one that
-/// says nothing is given only the time left: each such connection held the
-/// set-up 5 s, past its deadline, the deadline being looked at only while
-/// no connection waited.
+/// Accepts on `l` the connections of the ranks `missing`, each known by its
+/// hello carrying `token`, into `streams`, by `deadline` (`timeout` after the
+/// set-up began, for the message). A connection that says something else is
+/// refused; the hellos of every connection are read at once
+/// ([`hpc_runtime::greet`]): one that said nothing held every rank behind it
+/// for up to 5 s, and a few made the set-up fail at its deadline.
 fn accept_hellos(
     l: &TcpListener,
     token: u64,
@@ -193,45 +206,36 @@ fn accept_hellos(
     deadline: Instant,
     timeout: Duration,
 ) -> Result<()> {
-    l.set_nonblocking(true)?;
-    while !missing.is_empty() {
-        if Instant::now() > deadline {
-            return Err(Error::Timeout {
-                after: timeout,
-                what: format!(
-                    "tcp connections from ranks {}",
-                    hpc_runtime::listed_ranks(&missing)
-                ),
-            });
-        }
-        match l.accept() {
-            Ok((mut s, from)) => {
-                s.set_nonblocking(false)?;
-                s.set_read_timeout(Some(hello_wait(deadline)))?;
-                let mut hb = [0u8; HEADER_BYTES];
-                let hello = s
-                    .read_exact(&mut hb)
-                    .map_err(Error::from)
-                    .and_then(|_| Header::decode(&hb));
-                match hello {
-                    Ok(h) if h.kind == Kind::Hello && h.key == token => {
-                        let r = h.op as usize;
-                        if let Some(i) = missing.iter().position(|&m| m == r) {
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let all_in =
+        hpc_runtime::greet::accept_greetings::<HEADER_BYTES>(l, deadline, "tcp", |s, hb, from| {
+            match Header::decode(&hb) {
+                Ok(h) if h.kind == Kind::Hello && h.key == token => {
+                    let r = h.op as usize;
+                    match missing.iter().position(|&m| m == r) {
+                        // The transport reads without blocking by its own
+                        // calls; the descriptor itself blocks (its writes).
+                        Some(i) if s.set_nonblocking(false).is_ok() => {
                             missing.swap_remove(i);
-                            s.set_read_timeout(None)?;
                             streams[r] = Some(s);
-                        } else {
-                            tracing::warn!(%from, rank = r, "tcp: unexpected hello");
                         }
+                        _ => tracing::warn!(%from, rank = r, "tcp: unexpected hello"),
                     }
-                    other => tracing::warn!(%from, ?other, "tcp: refused a connection"),
                 }
+                other => tracing::warn!(%from, ?other, "tcp: refused a connection"),
             }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(2));
-            }
-            Err(e) => return Err(e.into()),
-        }
+            missing.is_empty()
+        })?;
+    if !all_in {
+        return Err(Error::Timeout {
+            after: timeout,
+            what: format!(
+                "tcp connections from ranks {}",
+                hpc_runtime::listed_ranks(&missing)
+            ),
+        });
     }
     Ok(())
 }
@@ -273,18 +277,7 @@ impl Tcp {
                 .split_once(' ')
                 .and_then(|(a, t)| Some((a.parse::<SocketAddr>().ok()?, t.parse::<u64>().ok()?)))
                 .ok_or_else(|| Error::Protocol(format!("rank {p}'s tcp endpoint {text:?}")))?;
-            let s = loop {
-                match TcpStream::connect_timeout(&addr, Duration::from_secs(1)) {
-                    Ok(s) => break s,
-                    Err(e) if Instant::now() < deadline => {
-                        tracing::debug!(peer = p, %addr, error = %e, "tcp connect retry");
-                        std::thread::sleep(Duration::from_millis(20));
-                    }
-                    Err(e) => {
-                        return Err(Error::lost(p, format!("cannot connect to {addr}"), Some(e)))
-                    }
-                }
-            };
+            let s = connect_by(p, addr, deadline)?;
             let mut hello = Header::new(Kind::Hello);
             hello.op = me as u64;
             hello.key = tok;
@@ -569,7 +562,15 @@ fn read_available(
                 let len = h.plen as usize;
                 let head = len - len.min(8);
                 match dst {
-                    Body::Send(v) => &mut v[*have..],
+                    Body::Send(v) => {
+                        // The room was reserved, not filled: it is zeroed a
+                        // step at a time as the bytes come, so that a peer
+                        // that announces much and sends little fills nothing.
+                        if *have == v.len() {
+                            v.resize(len.min(*have + RECV_STEP), 0);
+                        }
+                        &mut v[*have..]
+                    }
                     Body::Discard { .. } => {
                         // Read into the header buffer's worth of scratch space.
                         let mut scratch = [0u8; 8192];
@@ -662,7 +663,9 @@ fn finish_frame(
         RxState::Header { b, .. } => {
             let h = Header::decode(&b).map_err(Some)?;
             let body = match h.kind {
-                Kind::Send => Some(Body::Send(vec![0u8; h.plen as usize])),
+                // Room for the message as its sender announces it, bounded by
+                // the memory here (a claim of 1 TiB aborted this process).
+                Kind::Send => Some(Body::Send(room_for_claim(peer, h.plen).map_err(Some)?)),
                 Kind::Put => match shared.lookup(h.region as u32, h.key, h.offset, h.plen) {
                     Ok(region) => {
                         // SAFETY: `lookup` checked offset + plen against the region.
@@ -946,5 +949,172 @@ mod tests {
             "{e}"
         );
         drop(silent);
+    }
+
+    /// Connecting to a listener that takes no more connections (its queue
+    /// full: the kernel drops the tries) ends at the set-up's deadline: each
+    /// try was given a whole second, and the last ended up to a second
+    /// after the deadline (2 s for a deadline of 1.2 s). The error names
+    /// the rank and the address.
+    #[test]
+    fn connecting_to_a_full_listener_ends_at_the_deadline() {
+        let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        // A queue of one connection, taken by the first.
+        rustix::net::listen(&l, 0).unwrap();
+        let at = l.local_addr().unwrap();
+        let _queued = TcpStream::connect(at).unwrap();
+        let t0 = Instant::now();
+        let e = connect_by(3, at, t0 + Duration::from_millis(1200))
+            .unwrap_err()
+            .to_string();
+        let took = t0.elapsed();
+        assert!(
+            took >= Duration::from_millis(1100) && took < Duration::from_millis(1600),
+            "{took:?}: {e}"
+        );
+        assert!(
+            e.contains(&format!("rank 3 is lost: cannot connect to {at}")),
+            "{e}"
+        );
+    }
+
+    /// A connection that says nothing does not hold a rank's that comes
+    /// after it: the hellos were read one after the other, blocking up to
+    /// 5 s on each, so that a silent connection (anyone who reached the
+    /// port) held the set-up 5 s, and a few made it fail at its deadline.
+    #[test]
+    fn a_silent_connection_holds_no_rank_behind_it() {
+        let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let at = l.local_addr().unwrap();
+        let silent = TcpStream::connect(at).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        let mut rank1 = TcpStream::connect(at).unwrap();
+        let mut hello = Header::new(Kind::Hello);
+        hello.op = 1;
+        hello.key = 7;
+        write_frame(&mut rank1, &hello, &[]).unwrap();
+        let mut streams: Vec<Option<TcpStream>> = (0..2).map(|_| None).collect();
+        let timeout = Duration::from_secs(20);
+        let t0 = Instant::now();
+        accept_hellos(&l, 7, vec![1], &mut streams, t0 + timeout, timeout).unwrap();
+        let took = t0.elapsed();
+        assert!(took < Duration::from_secs(2), "rank 1 waited {took:?}");
+        let got = streams[1]
+            .as_ref()
+            .expect("rank 1's connection")
+            .peer_addr();
+        assert_eq!(got.unwrap(), rank1.local_addr().unwrap());
+        drop(silent);
+    }
+}
+
+#[cfg(test)]
+mod claim_tests {
+    use super::*;
+
+    /// The receiving side of rank 0 of 2 for its connection to rank 1, and
+    /// the raw socket that plays rank 1 (a member of the job that holds its
+    /// token, and says what it likes).
+    fn receiver() -> (Arc<Inner>, Arc<Conn>, TcpStream) {
+        use std::os::fd::AsRawFd;
+        let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let raw = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (s, _) = l.accept().unwrap();
+        let conn = Arc::new(Conn {
+            peer: 1,
+            writer: Mutex::new(s.try_clone().unwrap()),
+            replies: Mutex::new(None),
+            fd: s.as_raw_fd(),
+            rx: Mutex::new(RxSide {
+                s,
+                st: RxState::Header {
+                    b: [0; HEADER_BYTES],
+                    have: 0,
+                },
+            }),
+            ended: AtomicBool::new(false),
+        });
+        let inner = Arc::new(Inner {
+            shared: Shared::new(0, 2),
+            conns: vec![None, Some(conn.clone())],
+            puts: Mutex::new(HashMap::new()),
+            gets: Mutex::new(HashMap::new()),
+            closing: AtomicBool::new(false),
+            caller_progress: AtomicU64::new(0),
+            epoch: Instant::now(),
+            polled: vec![1],
+        });
+        (inner, conn, raw)
+    }
+
+    /// Reads what arrived until `done` holds or 5 s pass.
+    fn pump_until(inner: &Inner, conn: &Conn, done: impl Fn() -> bool) {
+        let t0 = Instant::now();
+        while !done() && t0.elapsed() < Duration::from_secs(5) {
+            let mut rx = conn.rx.lock().unwrap();
+            pump(inner, conn, &mut rx);
+            drop(rx);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// A peer that announces a message of 1 TiB (the most the wire allows)
+    /// and sends a few bytes: the receiver allocated the whole announced size
+    /// before a byte of it came, and aborted where the host has not that much
+    /// memory. Now the peer is lost at once, its error naming it and the size.
+    #[test]
+    fn a_peer_announcing_more_than_the_memory_is_lost_by_name() {
+        let (inner, conn, mut raw) = receiver();
+        let mut h = Header::new(Kind::Send);
+        h.tag = 3;
+        h.plen = crate::wire::MAX_PAYLOAD;
+        raw.write_all(&h.encode()).unwrap();
+        raw.write_all(b"a few bytes").unwrap();
+        pump_until(&inner, &conn, || conn.ended.load(Ordering::Acquire));
+        let e = inner
+            .shared
+            .is_lost(1)
+            .expect("the peer that announced 1 TiB is lost")
+            .to_string();
+        assert!(
+            e.contains("rank 1 announced a message of 1099511627776 bytes"),
+            "{e}"
+        );
+        drop(raw);
+    }
+
+    /// A message longer than a step of the room's filling arrives whole and
+    /// in order, as do a message of no bytes and one after it.
+    #[test]
+    fn a_message_of_several_steps_arrives_whole() {
+        let (inner, conn, raw) = receiver();
+        let big: Vec<u8> = (0..3 * RECV_STEP + 5).map(|i| (i % 251) as u8).collect();
+        let writer = {
+            let big = big.clone();
+            let mut raw = raw.try_clone().unwrap();
+            std::thread::spawn(move || {
+                for (tag, data) in [(1u64, &big[..]), (2, &[][..]), (3, b"end")] {
+                    let mut h = Header::new(Kind::Send);
+                    h.tag = tag;
+                    h.plen = data.len() as u64;
+                    write_frame(&mut raw, &h, data).unwrap();
+                }
+            })
+        };
+        let recvs: Vec<OpId> = (1..=3).map(|t| inner.shared.post_recv(1, t)).collect();
+        let got = |op: OpId| inner.shared.take(op).unwrap();
+        pump_until(&inner, &conn, || {
+            inner.shared.pending_count() == 0 || conn.ended.load(Ordering::Acquire)
+        });
+        writer.join().unwrap();
+        let want: [&[u8]; 3] = [&big, b"", b"end"];
+        for (op, want) in recvs.into_iter().zip(want) {
+            let c = got(op).expect("the message arrived");
+            match c.result.unwrap() {
+                Payload::Bytes(v) => assert!(v == want, "{} bytes", v.len()),
+                _ => panic!("a message not as bytes"),
+            }
+        }
+        raw.shutdown(Shutdown::Both).unwrap();
     }
 }

@@ -547,6 +547,9 @@ struct State {
     joined: usize,
     welcomed: bool,
     init_failed: bool,
+    /// The ranks that had not joined when the wait for them ended: what
+    /// every rank that joins later is told it waited for.
+    init_missing: Vec<u32>,
     gone: Vec<Option<Gone>>,
     /// Ranks whose connection closed unexpectedly, awaiting an exit status.
     closing: HashMap<usize, (Instant, Option<String>)>,
@@ -594,6 +597,7 @@ impl State {
             joined: 0,
             welcomed: false,
             init_failed: false,
+            init_missing: Vec::new(),
             gone,
             closing: HashMap::new(),
             aborted: None,
@@ -697,9 +701,11 @@ impl State {
                 if self.tell_aborted(rank) {
                     return;
                 }
+                // Those missing when the wait ended: counted now, the last
+                // rank to join late was told "still waiting for rank(s)
+                // (unknown)", every rank having joined by then.
                 if self.init_failed {
-                    let missing = self.missing_joins();
-                    self.send(rank, &self.init_timeout_msg(missing));
+                    self.send(rank, &self.init_timeout_msg(self.init_missing.clone()));
                     return;
                 }
                 if self.joined == self.size {
@@ -929,6 +935,7 @@ impl State {
         if !self.welcomed && !self.init_failed && now >= self.started + self.timeout {
             self.init_failed = true;
             let missing = self.missing_joins();
+            self.init_missing = missing.clone();
             tracing::debug!(?missing, "ranks never joined");
             let msg = self.init_timeout_msg(missing);
             for r in 0..self.size {

@@ -366,34 +366,61 @@ where
     T: std::str::FromStr + PartialOrd + std::fmt::Display + Copy,
 {
     let v = value?;
-    let digits = !v.trim().is_empty() && v.trim().bytes().all(|b| b.is_ascii_digit());
-    let capped = || {
+    let (taken, problem) = number_verdict(name, v, max);
+    if let Some(p) = problem {
         if first_warning(name, v) {
-            tracing::warn!(
-                variable = name,
-                "{name}={} is above the most it may be, {max}; using {max}",
-                shown(v)
-            );
+            tracing::warn!(variable = name, "{p}");
         }
-        Some(max)
-    };
+    }
+    taken
+}
+
+/// What a whole-number setting's value `v` is taken as, and what is wrong
+/// with it (the warning of [`number_from`], the same line a launch check
+/// gives: [`number_problem`]).
+fn number_verdict<T>(name: &str, v: &str, max: T) -> (Option<T>, Option<String>)
+where
+    T: std::str::FromStr + PartialOrd + std::fmt::Display + Copy,
+{
+    let digits = !v.trim().is_empty() && v.trim().bytes().all(|b| b.is_ascii_digit());
     // Only digits are a whole number, whatever `T` parses: a float type
     // took `nan` (no number compares at most `max`) as "above the most it
     // may be", and `1.5` or `inf` as numbers.
     match v.trim().parse::<T>() {
-        Ok(n) if digits && n <= max => Some(n),
+        Ok(n) if digits && n <= max => (Some(n), None),
         // Above `max`, or digits too many for the type.
-        Ok(_) | Err(_) if digits => capped(),
-        _ => {
-            if first_warning(name, v) {
-                tracing::warn!(
-                    variable = name,
-                    "{name}={} is not a whole number (0 to {max}); using the default",
-                    shown(v)
-                );
-            }
-            None
-        }
+        Ok(_) | Err(_) if digits => (
+            Some(max),
+            Some(format!(
+                "{name}={} is above the most it may be, {max}; using {max}",
+                shown(v)
+            )),
+        ),
+        _ => (
+            None,
+            Some(format!(
+                "{name}={} is not a whole number (0 to {max}); using the default",
+                shown(v)
+            )),
+        ),
+    }
+}
+
+/// What [`number`] would warn about this process's variable `name` (at
+/// most `max`), without warning: `None` when it is unset or good. For a
+/// launch check (`hpc selftest`) that says what a job's warnings pass by.
+///
+/// ```
+/// use hpc_runtime::env::number_problem;
+/// assert_eq!(number_problem("MYAPP_NOT_SET_ANYWHERE", 10u64), None);
+/// ```
+pub fn number_problem<T>(name: &str, max: T) -> Option<String>
+where
+    T: std::str::FromStr + PartialOrd + std::fmt::Display + Copy,
+{
+    match var(name) {
+        Ok(v) => number_verdict(name, v.as_deref()?, max).1,
+        Err(e) => Some(format!("{e}; using the default")),
     }
 }
 
@@ -444,24 +471,47 @@ pub fn parsed<T, E: std::fmt::Display>(
     name: &str,
     parse: impl FnOnce(&str) -> Result<T, E>,
 ) -> Option<T> {
-    match var(name) {
-        Ok(None) => None,
-        Ok(Some(v)) => match parse(&v) {
-            Ok(t) => Some(t),
-            Err(e) => {
-                if first_warning(name, &v) {
-                    tracing::warn!(variable = name, "{name}={} is ignored: {e}", shown(&v));
-                }
-                None
-            }
-        },
-        Err(e) => {
-            if first_warning(name, "") {
-                tracing::warn!(variable = name, "{e}; it is ignored");
-            }
-            None
+    let (taken, problem) = parsed_verdict(name, parse);
+    if let Some((value, p)) = problem {
+        if first_warning(name, &value) {
+            tracing::warn!(variable = name, "{p}");
         }
     }
+    taken
+}
+
+/// What [`parsed`] takes this process's variable `name` as, and what is
+/// wrong with it (the value, `""` where it is not UTF-8, and the warning).
+fn parsed_verdict<T, E: std::fmt::Display>(
+    name: &str,
+    parse: impl FnOnce(&str) -> Result<T, E>,
+) -> (Option<T>, Option<(String, String)>) {
+    match var(name) {
+        Ok(None) => (None, None),
+        Ok(Some(v)) => match parse(&v) {
+            Ok(t) => (Some(t), None),
+            Err(e) => {
+                let p = format!("{name}={} is ignored: {e}", shown(&v));
+                (None, Some((v, p)))
+            }
+        },
+        Err(e) => (None, Some((String::new(), format!("{e}; it is ignored")))),
+    }
+}
+
+/// What [`parsed`] would warn about this process's variable `name`, without
+/// warning: `None` when it is unset or `parse` takes it. For a launch check
+/// (`hpc selftest`) that says what a job's warnings pass by.
+///
+/// ```
+/// use hpc_runtime::env::parsed_problem;
+/// assert_eq!(parsed_problem("MYAPP_NOT_SET_ANYWHERE", |v| v.parse::<u8>()), None);
+/// ```
+pub fn parsed_problem<T, E: std::fmt::Display>(
+    name: &str,
+    parse: impl FnOnce(&str) -> Result<T, E>,
+) -> Option<String> {
+    parsed_verdict(name, parse).1.map(|(_, p)| p)
 }
 
 /// Reads the timeout from `HPC_TIMEOUT` (seconds), falling back to the default.

@@ -38,6 +38,7 @@ mod agree;
 mod coordinator;
 pub mod env;
 mod error;
+pub mod greet;
 mod link;
 #[cfg(feature = "mpi")]
 mod mpi_backend;

@@ -350,3 +350,36 @@ fn a_rank_that_joins_twice_is_told_at_once_and_the_first_goes_on() {
     assert_eq!(all, [[0u8], [1]]);
     assert_eq!(first.join().unwrap(), [[0u8], [1]]);
 }
+
+/// Ranks that join after the coordinator's wait for them ended are each
+/// told which ranks had not joined by then: the last of them was told
+/// "still waiting for rank(s) (unknown)", the list being counted when it
+/// joined, when none was missing any more.
+#[test]
+fn ranks_that_join_too_late_are_told_who_was_missing() {
+    let secret = hpc_runtime::random_u64().expect("random bytes from the kernel");
+    let coord = Coordinator::start(
+        2,
+        secret,
+        Duration::from_millis(200),
+        IpAddr::V4(Ipv4Addr::LOCALHOST),
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(600));
+    for rank in 0..2 {
+        let mut env: HashMap<String, String> = coord
+            .rank_env(rank)
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+        env.insert("HPC_JOB_SECRET".into(), format!("{secret:x}"));
+        env.insert("HPC_TIMEOUT".into(), "5".into());
+        let err = World::init_with(Config::from_map(env).unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("timed out after 200ms: still waiting for rank(s) 0, 1"),
+            "rank {rank}: {err}"
+        );
+    }
+}

@@ -182,6 +182,9 @@ impl Job {
         let mut argv = self.prefix.as_ref().map_or_else(Vec::new, |p| p(r));
         argv.extend(self.argv.iter().cloned());
         let mut c = Command::new(&argv[0]);
+        for name in not_inherited() {
+            c.env_remove(name);
+        }
         c.args(&argv[1..])
             .envs(coord.rank_env(r))
             .env(env::TIMEOUT, self.timeout.as_secs_f64().to_string())
@@ -201,6 +204,20 @@ impl Job {
         c.spawn()
             .unwrap_or_else(|e| panic!("starting rank {r} ({}): {e}", argv[0]))
     }
+}
+
+/// The variables of ours a rank does not take from the tests' environment:
+/// every setting, launcher's and internal variable but the log filter. A
+/// developer's tuning (`HPC_SPIN_US`, `HPC_PROXY_MIN`, `HPC_TRANSPORT`), or
+/// the variables of a job the tests run in, changed what the tests ran, and
+/// each was cleared by hand where a test had failed over it; a test sets
+/// what it wants with [`Job::env`]. The development variables (which tests
+/// run) pass.
+fn not_inherited() -> impl Iterator<Item = &'static str> {
+    env::ALL
+        .iter()
+        .filter(|v| v.kind != env::Kind::Development && v.name != env::LOG)
+        .map(|v| v.name)
 }
 
 /// Waits for every child, reading its pipes meanwhile (a rank that fills a
@@ -704,6 +721,56 @@ mod tests {
         assert!(failures(&outs)[0].starts_with("rank 1 failed"));
         // By status alone, every rank succeeded.
         assert!(exit_failures(&outs).is_empty());
+    }
+
+    /// The settings in the tests' own environment do not reach the ranks
+    /// (the log filter does, and what the job sets): a developer's
+    /// `HPC_SPIN_US` or `HPC_PROXY_MIN` reached every test job of hpc-comm,
+    /// and `HPC_STAGE_MAX=0` failed two of them. Runs itself again with
+    /// them set.
+    #[test]
+    fn the_settings_of_the_tests_environment_do_not_reach_the_ranks() {
+        const AGAIN: &str = "TEST_SUPPORT_SETTINGS_SET";
+        let shown = [
+            env::SPIN_US,
+            env::STAGE_MAX,
+            env::LOG,
+            env::COLL_PROXY_BOARD,
+        ];
+        if std::env::var_os(AGAIN).is_some() {
+            let script: String = shown
+                .iter()
+                .map(|v| format!("echo {v}=${{{v}-unset}}; "))
+                .chain(["echo CHILD-OK".to_string()])
+                .collect();
+            let outs = Job::program("/bin/sh", &["-c", &script], 1)
+                .env(env::STAGE_MAX, "7")
+                .run();
+            let t = text(&outs[0]);
+            let want = [("unset", 0), ("7", 1), ("debug", 2), ("unset", 3)];
+            for (value, i) in want {
+                assert!(t.contains(&format!("{}={value}\n", shown[i])), "{t}");
+            }
+            return;
+        }
+        let o = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "tests::the_settings_of_the_tests_environment_do_not_reach_the_ranks",
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(AGAIN, "1")
+            .envs(shown.map(|v| (v, "0")))
+            .env(env::LOG, "debug")
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            o.status.success() && out.contains("1 passed"),
+            "{out}{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
     }
 
     #[test]

@@ -217,6 +217,7 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
         }
     }
 
+    let settings = check_settings(rank);
     let result = (|| -> anyhow::Result<(u128, serde_json::Value, serde_json::Value)> {
         world.barrier().context("first barrier")?;
         let t_barrier = unix_ns();
@@ -248,6 +249,7 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
                         "first_barrier_unix_ns": t_barrier.to_string(),
                         "transport": transport,
                         "collectives": collectives,
+                        "settings": settings,
                         "ok": true,
                     })
                     .to_string(),
@@ -282,6 +284,23 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
             bail!("selftest failed")
         }
     }
+}
+
+/// The library's settings, read as a communicator reads them: each value it
+/// would warn about and not take as given (`HPC_SPIN_US=fast`, a stage bound
+/// that is no number) is said on this rank's standard error, naming the
+/// variable, and listed in the JSON (`settings`); as in the library, the
+/// default applies and the check goes on (a tuning knob does not fail a
+/// job). The selftest read none of them, and a job whose ranks would each
+/// run on a default passed it without a word.
+fn check_settings(rank: usize) -> Vec<String> {
+    let problems = hpc_comm::settings_problems();
+    for p in &problems {
+        say_err(&hpc_io::message::escape_controls(&format!(
+            "selftest: rank {rank}: the library's settings: {p}"
+        )));
+    }
+    problems
 }
 
 /// The world's own checks: its size and node count as expected, the same node

@@ -219,19 +219,31 @@ impl Setup<'_> {
         };
         let own_copies = opts.own_copies.unwrap_or(false);
         let places = ProxyPlaces::of(self.nodes);
-        let client = Arc::new(
-            proxy::Client::start(
-                self.board.clone(),
-                me,
-                self.size,
-                &opts.schedule,
-                self.timeout,
-                self.spin,
-                own_copies,
-                (places.leads(me), proxy_net),
-            )?
-            .with_world(self.world_ranks.to_vec()),
+        let started = proxy::Client::start(
+            self.board.clone(),
+            me,
+            self.size,
+            &opts.schedule,
+            self.timeout,
+            self.spin,
+            own_copies,
+            (places.leads(me), proxy_net),
         );
+        // Every rank says how its start went, so that all fail alike with
+        // the reason: a node's first rank whose proxy did not serve ended
+        // alone, the others then failing "rank 0 finalized before joining
+        // allgather", or by their timeout, naming no proxy.
+        let why = started.as_ref().err().map(|e| hpc_io::message::chain(e));
+        let all = boot.allgather(why.as_deref().unwrap_or_default().as_bytes())?;
+        if let Some((r, why)) = all.iter().enumerate().find(|(_, b)| !b.is_empty()) {
+            return Err(Error::Unsupported(format!(
+                "rank {r} could not start its node's proxy: {}",
+                hpc_io::message::cut(&hpc_io::message::escape_controls(&String::from_utf8_lossy(
+                    why
+                )))
+            )));
+        }
+        let client = Arc::new(started?.with_world(self.world_ranks.to_vec()));
         // Every rank of a split takes part, whether its group spans nodes
         // or not: the groups' set-ups run on the parent's collectives.
         let mut backend = None;

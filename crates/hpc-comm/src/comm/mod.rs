@@ -130,7 +130,10 @@ use hpc_collectives::Collective;
 
 pub use board_file::remove_boards_of;
 use boot::SubBoot;
-pub use options::{AgentWake, CommOptions, Engine, DEFAULT_PROXY_MIN, DEFAULT_STAGE_MAX};
+pub use options::{
+    settings_problems, AgentWake, CommOptions, Engine, DEFAULT_PROXY_MIN, DEFAULT_STAGE_MAX,
+    MAX_SPIN,
+};
 pub use owned::OwnedRequest;
 pub use p2p::{OwnedRecv, OwnedSend, RecvRequest, SendRequest, Source, Status, Tag, ANY_TAG};
 pub use request::{Request, Scope, ScopedRequest};
@@ -189,10 +192,14 @@ impl Comm {
             hpc_runtime::env::check_timeout("hpc_comm::CommOptions::timeout", t)
                 .map_err(Error::Argument)?;
         }
+        if let Some(spin) = opts.spin {
+            options::check_spin(spin)?;
+        }
         if opts.engine == Engine::Proxy && opts.placement.is_none() {
             opts.placement = Some(crate::Placement::from_env()?);
         }
         let opts = opts.resolve(world.local_size(), world.timeout());
+        options::same_on_every_rank(world, &opts)?;
         let timeout = opts.timeout.unwrap_or_default();
         #[cfg(feature = "mpi")]
         if opts.engine == Engine::Mpi {

@@ -99,7 +99,10 @@ pub struct CommOptions {
     /// (default: `HPC_SPIN_US` microseconds; else 50 µs when this node has a
     /// core for each of its ranks, and 0 when it is oversubscribed, where
     /// spinning would take the core from the rank that has the work). Polling
-    /// saves the futex wake-up, tens of microseconds on virtual machines.
+    /// saves the futex wake-up, tens of microseconds on virtual machines. At
+    /// most [`MAX_SPIN`] (a second, as `HPC_SPIN_US`), else
+    /// [`Comm::with_options`](crate::Comm::with_options) is
+    /// [`Error::Argument`](crate::Error::Argument).
     pub spin: Option<Duration>,
     /// Largest message (bytes) that the `Inline` and `Thread` engines pass
     /// to a rank on the same node through the board's staging slots (copied in
@@ -195,15 +198,20 @@ impl AgentWake {
         }
     }
 
+    /// `HPC_AGENT_WAKE`'s value: `eager` or `lazy`.
+    fn parse(v: &str) -> std::result::Result<AgentWake, &'static str> {
+        match v.trim() {
+            "eager" => Ok(AgentWake::Eager),
+            "lazy" => Ok(AgentWake::Lazy),
+            _ => Err("neither eager nor lazy"),
+        }
+    }
+
     /// The default for a node with `local` ranks of this job (see the type).
     fn default_for(local: usize, pinned: bool) -> AgentWake {
         // Warned about once, its value cut (it was written whole into every
         // rank's log, in a field of the warning).
-        let asked = hpc_runtime::env::parsed(hpc_runtime::env::AGENT_WAKE, |v| match v.trim() {
-            "eager" => Ok(AgentWake::Eager),
-            "lazy" => Ok(AgentWake::Lazy),
-            _ => Err("neither eager nor lazy"),
-        });
+        let asked = hpc_runtime::env::parsed(hpc_runtime::env::AGENT_WAKE, AgentWake::parse);
         if let Some(wake) = asked {
             return wake;
         }
@@ -302,6 +310,101 @@ fn own_copies(opts: &CommOptions, local: usize) -> bool {
 fn online_cores() -> usize {
     // SAFETY: sysconf has no preconditions.
     unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize
+}
+
+/// What is wrong with this process's settings of communicators, read as a
+/// communicator reads them: one line for each that it would warn about and
+/// not take as given (a default, or the most it may be, applies instead),
+/// the placement's refusal, and the transport's
+/// ([`hpc_rdma::settings_problems`]). A communicator goes on with a warning (a
+/// rank refusing to start over a tuning knob would lose the job); a launch
+/// check (`hpc selftest`) says what those warnings pass by.
+pub fn settings_problems() -> Vec<String> {
+    use hpc_runtime::env::{self as env, number_problem, parsed_problem};
+    let mut out: Vec<String> = [
+        number_problem::<u64>(env::SPIN_US, env::MAX_SPIN_US),
+        number_problem::<usize>(env::STAGE_MAX, usize::MAX),
+        number_problem::<usize>(env::PROXY_MIN, usize::MAX),
+        parsed_problem(env::AGENT_WAKE, AgentWake::parse),
+        parsed_problem(env::PROXY_OWN_COPIES, env::flag),
+        parsed_problem(env::PROGRESS_CPUSET, hpc_topology::CpuSet::parse_list),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if let Err(e) = crate::Placement::from_env() {
+        out.push(e.to_string());
+    }
+    out.extend(hpc_rdma::settings_problems());
+    out
+}
+
+/// Refuses, on every rank, ranks given different settings that every rank
+/// of a communicator must share (a collective of `world`, before anything
+/// is built from them): whether the engine is the `Proxy` engine, its
+/// placement and its resolved [`CommOptions::proxy_min`] where it applies
+/// (a communicator within one node, host placement). Ranks of another
+/// `proxy_min` (documented as the same on every rank, never checked) each
+/// waited for the other until the timeout, "waiting for ranks [1]" naming
+/// no setting; ranks of another placement took each other's bytes for a
+/// board's name, or the launcher for unreachable.
+pub(super) fn same_on_every_rank(world: &hpc_runtime::World, opts: &CommOptions) -> Result<()> {
+    use hpc_runtime::env::{COLL_PROXY_PLACEMENT, PROXY_MIN};
+    let none = || "(none)".to_string();
+    let proxy = opts.engine == Engine::Proxy;
+    let placement = opts.placement.unwrap_or_default();
+    // Across nodes every collective goes to the proxies whatever it says
+    // (the engine's `min` is 0 there), and its default differs by node.
+    let spans = (0..world.size()).any(|r| !world.same_node(0, r));
+    let engine = match opts.engine {
+        Engine::Proxy => "proxy",
+        #[cfg(feature = "mpi")]
+        Engine::Mpi => "mpi",
+        // These two may be mixed.
+        _ => "inline or thread",
+    };
+    let names = [
+        format!("placement ({COLL_PROXY_PLACEMENT})"),
+        format!("proxy_min ({PROXY_MIN})"),
+    ];
+    let values = [
+        ("engine", engine.to_string()),
+        (
+            names[0].as_str(),
+            if proxy {
+                placement.name().to_string()
+            } else {
+                none()
+            },
+        ),
+        (
+            names[1].as_str(),
+            match opts.proxy_min {
+                Some(m) if proxy && placement == crate::Placement::Host && !spans => m.to_string(),
+                _ => none(),
+            },
+        ),
+    ];
+    world.same_on_every_rank("communicator settings", &values)?;
+    Ok(())
+}
+
+/// The longest [`CommOptions::spin`]: [`hpc_runtime::env::MAX_SPIN_US`]
+/// microseconds, a second, the most `HPC_SPIN_US` may say. Polling longer
+/// before sleeping only burns a core.
+pub const MAX_SPIN: Duration = Duration::from_micros(hpc_runtime::env::MAX_SPIN_US);
+
+/// Refuses a [`CommOptions::spin`] beyond [`MAX_SPIN`], naming it: any
+/// `Duration` was taken (`Duration::MAX` polled for ever where the ranks
+/// wait, and the proxy, given it in microseconds, refused it at its start).
+pub(super) fn check_spin(spin: Duration) -> Result<()> {
+    if spin > MAX_SPIN {
+        return Err(Error::Argument(format!(
+            "hpc_comm::CommOptions::spin = {spin:?}: at most {MAX_SPIN:?} (as {} is)",
+            hpc_runtime::env::SPIN_US
+        )));
+    }
+    Ok(())
 }
 
 /// The default of [`CommOptions::spin`] for a node running `local` busy

@@ -124,3 +124,25 @@ fn a_large_message_to_itself_is_copied_when_sent() {
         drop(other);
     }
 }
+
+/// A spin beyond a second is refused by name, as `HPC_SPIN_US` is bounded:
+/// any `Duration` was taken (`Duration::MAX` polled for ever where the
+/// ranks wait, and the proxy, given it in microseconds, refused it at its
+/// start naming its own variable). The most is taken.
+#[test]
+fn a_spin_beyond_the_most_is_refused_by_name() {
+    let w = hpc_runtime::World::init().unwrap();
+    for spin in [MAX_SPIN + Duration::from_nanos(1), Duration::MAX] {
+        let mut opts = CommOptions::new(Engine::Inline);
+        opts.spin = Some(spin);
+        let e = Comm::with_options(&w, opts).unwrap_err();
+        assert!(
+            matches!(&e, Error::Argument(m) if m.starts_with("hpc_comm::CommOptions::spin = ")
+                && m.contains("at most 1s")),
+            "{e}"
+        );
+    }
+    let mut opts = CommOptions::new(Engine::Inline);
+    opts.spin = Some(MAX_SPIN);
+    Comm::with_options(&w, opts).unwrap();
+}

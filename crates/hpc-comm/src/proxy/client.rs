@@ -222,8 +222,12 @@ impl Client {
                 .spawn()
                 .map_err(|e| Error::transport_from(super::starting_the_proxy(&cmd), e))?;
             let t0 = Instant::now();
-            // The communicator's timeout, and never more than 10 s.
-            let limit = timeout.min(Duration::from_secs(10));
+            // Half the communicator's timeout, and never more than 10 s: the
+            // other ranks wait for this one the whole timeout, and with the
+            // whole of it here they gave up first ("allgather timed out after
+            // 3s: still waiting for rank(s) 0"), the launcher stopped this
+            // rank, and no line named the proxy.
+            let limit = (timeout / 2).min(Duration::from_secs(10));
             while board.pid(size) == 0 {
                 let exited = matches!(child.try_wait(), Ok(Some(_)));
                 if exited || t0.elapsed() > limit {
@@ -234,8 +238,8 @@ impl Client {
                         // The limit waited for: a communicator's timeout below
                         // 10 s was said as 10 s.
                         _ => format!(
-                            "did not start serving within {limit:?} (the communicator's \
-                             timeout, at most 10 s)"
+                            "did not start serving within {limit:?} (half the \
+                             communicator's timeout, at most 10 s)"
                         ),
                     };
                     return Err(Error::Unsupported(did_not_serve(&how)));
@@ -580,8 +584,7 @@ impl ProxyClient for Client {
             std::thread::sleep(Duration::from_millis(1));
         }
         if p.direct {
-            eprintln!("hpc-collectives: the proxy did not confirm a cancellation; aborting rather than risk writes into freed memory");
-            std::process::abort();
+            super::abort_unconfirmed_cancel("the proxy", self.timeout);
         }
     }
 

@@ -42,6 +42,28 @@ pub(crate) fn starting_the_proxy(cmd: &std::process::Command) -> String {
     format!("starting the proxy {}", hpc_runtime::env::short(&program))
 }
 
+/// The line a rank ends with when its proxy (`whose`: "the proxy", "the DPU
+/// proxy") did not confirm, within `timeout`, the cancellation of a
+/// collective on the application's own buffers: it said "hpc-collectives:",
+/// a crate that has no proxy, and no timeout.
+fn unconfirmed_cancel_line(whose: &str, timeout: std::time::Duration) -> String {
+    format!(
+        "hpc-comm: {whose} did not confirm a cancellation within {timeout:?}; aborting \
+         rather than risk its writes into a buffer in use"
+    )
+}
+
+/// Ends the process as [`unconfirmed_cancel_line`] says, rather than let a
+/// late write of the proxy land in a buffer in use again: the line goes to
+/// the log and to standard error (one write, whatever the log).
+pub(crate) fn abort_unconfirmed_cancel(whose: &str, timeout: std::time::Duration) -> ! {
+    use std::io::Write as _;
+    let line = unconfirmed_cancel_line(whose, timeout);
+    tracing::error!("{line}");
+    let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
+    std::process::abort()
+}
+
 /// A rank's side of a proxy, in either placement: the host client
 /// (`client.rs`: the communicator's board, descriptors on a ring) and the DPU
 /// client (`dpu/client.rs`: a link over the transport, registered memory).
@@ -86,5 +108,19 @@ mod start_tests {
             "{what}"
         );
         assert!(what.contains("more characters"), "{what}");
+    }
+
+    /// The abort of a rank whose proxy did not confirm a cancellation names
+    /// this crate and the timeout (it named `hpc-collectives`, which has no
+    /// proxy).
+    #[test]
+    fn an_unconfirmed_cancellation_names_this_crate() {
+        let line =
+            super::unconfirmed_cancel_line("the DPU proxy", std::time::Duration::from_secs(3));
+        assert_eq!(
+            line,
+            "hpc-comm: the DPU proxy did not confirm a cancellation within 3s; aborting \
+             rather than risk its writes into a buffer in use"
+        );
     }
 }

@@ -189,7 +189,7 @@ pub fn join(link: &Link, rank: usize, ip: IpAddr, node: &str) -> Result<(Transpo
     .map(|(k, v)| (k.to_string(), v))
     .collect();
     let config = hpc_runtime::Config::from_map(map)?;
-    let side = World::init_with(config)?;
+    let side = World::init_with(config).map_err(|e| proxy_absent(e, rank, size))?;
     let t = Transport::with_options(
         &side,
         hpc_rdma::Options {
@@ -202,6 +202,25 @@ pub fn join(link: &Link, rank: usize, ip: IpAddr, node: &str) -> Result<(Transpo
     let w = watch(&side, rank, ip, timeout)?;
     side.barrier()?;
     Ok((t, w))
+}
+
+/// A rank's failure to join its link (`size` members, the proxy last): the
+/// proxy not joining in time is said so, where it read "init (waiting for
+/// all ranks to join) timed out after 3s: still waiting for rank(s) 2", the
+/// proxy known only by its place in the link.
+fn proxy_absent(e: hpc_runtime::Error, rank: usize, size: usize) -> Error {
+    let proxy = size.saturating_sub(1);
+    match &e {
+        hpc_runtime::Error::Timeout { after, missing, .. }
+            if rank != proxy && missing.contains(&proxy) =>
+        {
+            Error::transport(format!(
+                "the DPU proxy did not join its ranks within {after:?} (it was started and \
+                 does not serve: is it a program that serves as the proxy?); {e}"
+            ))
+        }
+        _ => e.into(),
+    }
 }
 
 /// Joins the other nodes' proxies at the coordinator `at` and connects to them.
@@ -311,6 +330,37 @@ mod tests {
         assert_eq!(
             service_addr_of("127.0.0.1").unwrap(),
             SocketAddr::from(([127, 0, 0, 1], DPU_SERVICE_PORT))
+        );
+    }
+
+    /// A rank whose link's proxy (its last member) does not join says so:
+    /// it read "init (waiting for all ranks to join) timed out after 3s:
+    /// still waiting for rank(s) 2", the proxy known only by its place.
+    #[test]
+    fn a_proxy_that_does_not_join_the_link_is_named() {
+        let secret = hpc_runtime::random_u64().unwrap();
+        let coord = hpc_runtime::Coordinator::start(
+            2,
+            secret,
+            Duration::from_millis(300),
+            IpAddr::from([127, 0, 0, 1]),
+        )
+        .unwrap();
+        let link = Link {
+            rendezvous: coord.addr().to_string(),
+            secret,
+            members: 2,
+            timeout: Duration::from_millis(300),
+            backend: Choice::Auto,
+        };
+        let e = match join(&link, 0, IpAddr::from([127, 0, 0, 1]), "host") {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("joined a link without its proxy"),
+        };
+        assert!(
+            e.contains("the DPU proxy did not join its ranks within 300ms")
+                && e.contains("still waiting for rank(s) 1"),
+            "{e}"
         );
     }
 }

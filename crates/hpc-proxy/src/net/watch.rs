@@ -32,19 +32,48 @@ pub fn watch_each_other(
     let (mine, token) = watch_address(&l)?;
     let all = world.allgather(mine.as_bytes())?;
     let mut watch: Vec<Option<std::net::TcpStream>> = (0..n).map(|_| None).collect();
-    for (p, at) in all.iter().enumerate().take(me) {
-        watch[p] = Some(watch_connect(at, &format!("proxy {p}'s"), me, timeout)?);
-    }
+    // One deadline for every connection, made and accepted: each connection
+    // to a proxy before this one was given the whole timeout, one after the
+    // other, and the accepts the whole of it again.
+    let deadline = Instant::now() + timeout;
+    connect_each(&all[..me], me, deadline, &mut watch)?;
     watch_accept(
         &l,
         token,
         &mut watch,
         |p| p > me,
-        timeout,
+        left(deadline),
         "proxy",
         |_| "the other proxies did not connect".to_string(),
     )?;
     Ok(watch)
+}
+
+/// The time left until `deadline`, at least a millisecond (a timeout of 0
+/// is none).
+fn left(deadline: Instant) -> Duration {
+    deadline
+        .saturating_duration_since(Instant::now())
+        .max(Duration::from_millis(1))
+}
+
+/// Connects the watch connection of proxy `me` to each proxy whose address
+/// is in `at` (by index, [`watch_address`]'s), into `watch`, by `deadline`.
+fn connect_each(
+    at: &[Vec<u8>],
+    me: usize,
+    deadline: Instant,
+    watch: &mut [Option<std::net::TcpStream>],
+) -> Result<()> {
+    for (p, at) in at.iter().enumerate() {
+        watch[p] = Some(watch_connect(
+            at,
+            &format!("proxy {p}'s"),
+            me,
+            left(deadline),
+        )?);
+    }
+    Ok(())
 }
 
 /// What a watch listener `l` tells the job (`ADDRESS TOKEN`, for
@@ -61,7 +90,7 @@ pub fn watch_address(l: &std::net::TcpListener) -> Result<(String, u64)> {
 
 /// Connects a watch connection to `at` (`ADDRESS TOKEN`, what `whose`
 /// listener gave: [`watch_address`]), and names this end `me` there with the
-/// token (what [`read_name`] reads); then non-blocking.
+/// token (what [`watch_accept`] reads); then non-blocking.
 pub fn watch_connect(
     at: &[u8],
     whose: &str,
@@ -98,7 +127,9 @@ pub fn watch_connect(
 /// that `wanted(p)` holds for, into `slots[p]` (non-blocking); a connection
 /// that names another, or does not give `token` ([`watch_address`]), is
 /// refused (logged by `who`). `late` says that the peers it is given (by
-/// index) did not connect.
+/// index) did not connect. Every connection's name is read at once
+/// ([`hpc_runtime::greet`]): one that said nothing held the peers behind it
+/// for up to 5 s each, and a few made the wait fail at its deadline.
 pub fn watch_accept(
     l: &std::net::TcpListener,
     token: u64,
@@ -108,57 +139,36 @@ pub fn watch_accept(
     who: &str,
     late: impl Fn(Vec<usize>) -> String,
 ) -> Result<()> {
-    let io = |what: &str, e: std::io::Error| Error::transport_from(what, e);
     let deadline = Instant::now() + timeout;
-    l.set_nonblocking(true).map_err(|e| io("watch", e))?;
     let missing = |slots: &[Option<_>]| -> Vec<usize> {
         (0..slots.len())
             .filter(|&p| wanted(p) && slots[p].is_none())
             .collect()
     };
-    while !missing(slots).is_empty() {
-        // Looked at before each connection too: a connection that said
-        // nothing held the wait 5 s, each, past its deadline (the deadline was
-        // looked at only while none waited).
-        if Instant::now() > deadline {
-            return Err(Error::transport(format!(
-                "{} within {timeout:?}",
-                late(missing(slots))
-            )));
+    if missing(slots).is_empty() {
+        return Ok(());
+    }
+    let all_in = hpc_runtime::greet::accept_greetings::<16>(l, deadline, who, |s, b, from| {
+        match name_of(&b, token) {
+            Ok(p) if p < slots.len() && wanted(p) && slots[p].is_none() => slots[p] = Some(s),
+            _ => tracing::warn!(%from, "{who}: refused a watch connection"),
         }
-        match l.accept() {
-            Ok((mut s, from)) => match read_name(&mut s, token, deadline) {
-                Ok(p) if p < slots.len() && wanted(p) && slots[p].is_none() => slots[p] = Some(s),
-                _ => tracing::warn!(%from, "{who}: refused a watch connection"),
-            },
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            Err(e) => return Err(io("accepting a watch connection", e)),
-        }
+        missing(slots).is_empty()
+    })
+    .map_err(|e| Error::transport_from("accepting a watch connection", e))?;
+    if !all_in {
+        return Err(Error::transport(format!(
+            "{} within {timeout:?}",
+            late(missing(slots))
+        )));
     }
     Ok(())
 }
 
-/// Reads the 8-byte little-endian name (a rank or node index) and the
-/// listener's `token` (8 bytes, little-endian) that open a watch
-/// connection, within 5 s and by `deadline`, and leaves the stream
-/// non-blocking; another token is an error.
-pub fn read_name(
-    s: &mut std::net::TcpStream,
-    token: u64,
-    deadline: Instant,
-) -> std::io::Result<usize> {
-    use std::io::Read as _;
-    let mut b = [0u8; 16];
-    s.set_nonblocking(false)?;
-    // At most 5 s, and never past `deadline` (a read timeout of 0 is none).
-    let wait = deadline
-        .saturating_duration_since(Instant::now())
-        .clamp(Duration::from_millis(1), Duration::from_secs(5));
-    s.set_read_timeout(Some(wait))?;
-    s.read_exact(&mut b)?;
-    s.set_nonblocking(true)?;
+/// The name (a rank or node index) of the 16 bytes that open a watch
+/// connection: the name, then the listener's `token`, each 8 bytes
+/// little-endian; another token is an error.
+fn name_of(b: &[u8; 16], token: u64) -> std::io::Result<usize> {
     let (name, given) = b.split_at(8);
     if given != token.to_le_bytes() {
         return Err(std::io::Error::new(
@@ -166,7 +176,7 @@ pub fn read_name(
             "the watch connection did not give the listener's token",
         ));
     }
-    Ok(u64::from_le_bytes(name.try_into().unwrap()) as usize)
+    Ok(u64::from_le_bytes(name.try_into().expect("8 bytes")) as usize)
 }
 
 #[cfg(test)]
@@ -200,6 +210,83 @@ mod tests {
         let took = t0.elapsed();
         assert!(took < Duration::from_secs(3), "{took:?}: {e}");
         assert!(e.contains("did not connect within 800ms"), "{e}");
+        drop(silent);
+    }
+
+    /// The connections to the proxies before this one end by one deadline:
+    /// each was given the whole timeout, one after the other. Here the first
+    /// proxy's listener takes the connection late (its queue full until
+    /// 300 ms: the kernel's second try, after a second, gets in), the
+    /// second's never: a set-up of 1.5 s took 2.5 s.
+    #[test]
+    fn connections_to_full_listeners_end_by_one_deadline() {
+        use std::os::fd::AsRawFd;
+        let full = || {
+            let l = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0)).unwrap();
+            // SAFETY: `l`'s descriptor is open (it owns it) and listening;
+            // listen(2) again only sets its queue to one connection.
+            assert_eq!(unsafe { libc::listen(l.as_raw_fd(), 0) }, 0);
+            // The queue's one place, taken.
+            let queued = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+            let (at, _) = watch_address(&l).unwrap();
+            (l, queued, at.into_bytes())
+        };
+        let (late, never) = (full(), full());
+        let (at_late, at_never) = (late.2.clone(), never.2.clone());
+        let frees = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            let taken = late.0.accept().unwrap();
+            std::thread::sleep(Duration::from_secs(2));
+            drop((late, taken));
+        });
+        let mut slots: Vec<Option<std::net::TcpStream>> = (0..3).map(|_| None).collect();
+        let t0 = Instant::now();
+        let e = connect_each(
+            &[at_late, at_never],
+            2,
+            t0 + Duration::from_millis(1500),
+            &mut slots,
+        )
+        .unwrap_err()
+        .to_string();
+        let took = t0.elapsed();
+        assert!(
+            slots[0].is_some(),
+            "the first proxy's connection was not made: {e}"
+        );
+        assert!(took < Duration::from_millis(1900), "{took:?}: {e}");
+        assert!(e.contains("connecting to the proxy at"), "{e}");
+        drop(never);
+        frees.join().unwrap();
+    }
+
+    /// A watch connection that says nothing does not hold a peer's that
+    /// comes after it: the names were read one after the other, blocking up
+    /// to 5 s on each.
+    #[test]
+    fn a_silent_watch_connection_holds_no_peer_behind_it() {
+        let l = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let (at, token) = watch_address(&l).unwrap();
+        let addr = at.split_once(' ').unwrap().0.to_string();
+        let silent = std::net::TcpStream::connect(&addr).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        let real = watch_connect(at.as_bytes(), "the test's", 1, Duration::from_secs(5)).unwrap();
+        let mut slots: Vec<Option<std::net::TcpStream>> = (0..2).map(|_| None).collect();
+        let t0 = Instant::now();
+        watch_accept(
+            &l,
+            token,
+            &mut slots,
+            |p| p == 1,
+            Duration::from_secs(20),
+            "proxy",
+            |m| format!("{m:?} did not connect"),
+        )
+        .unwrap();
+        let took = t0.elapsed();
+        assert!(took < Duration::from_secs(2), "the peer waited {took:?}");
+        let taken = slots[1].as_ref().unwrap().peer_addr().unwrap();
+        assert_eq!(taken, real.local_addr().unwrap());
         drop(silent);
     }
 

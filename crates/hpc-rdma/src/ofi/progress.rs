@@ -368,6 +368,13 @@ impl Inner {
         h: MsgHeader,
         done: &mut Vec<Done>,
     ) {
+        // Room for what the peer announces, bounded by the memory here: up
+        // to `MAX_MESSAGE` (64 GiB) was allocated whatever the host had, and
+        // an allocation it could not give aborted the process.
+        if let Err(e) = crate::error::check_claim(peer, h.len) {
+            done.push(Done::LostWith(peer, e.to_string()));
+            return;
+        }
         ep.order[peer].push_back(Slot::Waiting(h.seq, h.tag));
         let buf = vec![0u8; h.len as usize];
         self.later(

@@ -764,11 +764,7 @@ impl ProxyClient for Client {
                 let t0 = Instant::now();
                 while !self.poll(p) {
                     if t0.elapsed() > self.timeout {
-                        eprintln!(
-                            "hpc-collectives: the DPU proxy did not confirm a cancellation; \
-                             aborting rather than risk its writes into a buffer in use"
-                        );
-                        std::process::abort();
+                        crate::proxy::abort_unconfirmed_cancel("the DPU proxy", self.timeout);
                     }
                     std::thread::sleep(Duration::from_micros(200));
                 }

@@ -92,6 +92,12 @@ fn launch_remote(
     coord: std::sync::Weak<Coordinator>,
     size: usize,
 ) -> Result<()> {
+    // Half the timeout, the rest of the ranks' wait for this one: a service
+    // that said nothing held the node's first rank as long as the others
+    // waited for it, and they gave up first ("still waiting for rank(s) 0"),
+    // the launcher stopped it, and no line of the job named the service. In
+    // half, it fails first and every rank says why.
+    let timeout = timeout / 2;
     let io = |e: std::io::Error| Error::transport_from(format!("the DPU service at {at}"), e);
     let s = TcpStream::connect_timeout(&at, timeout).map_err(io)?;
     // The libfabric provider the ranks use (`HPC_TRANSPORT=ofi`), for the link.
