@@ -198,12 +198,53 @@ pub fn hostname() -> String {
     }
 }
 
-/// The job this process joined through a launcher or MPI by an earlier
-/// [`World::init`], as `(rank, size)`. A second join of a rank waited
-/// `HPC_TIMEOUT` for a launcher that has no second place for it, then said
-/// "the launcher … is unreachable: no answer to init within 7.5s (launcher
-/// hung or network partitioned)" of a launcher that was fine.
-static JOINED: Mutex<Option<(usize, usize)>> = Mutex::new(None);
+/// A place in a job this process took (or is taking): a rank of a
+/// launcher's job (its rendezvous and secret), or MPI's, which a process
+/// initialises once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Place {
+    Launcher {
+        rendezvous: String,
+        secret: u64,
+        rank: usize,
+    },
+    Mpi,
+}
+
+/// The places this process joined (or is joining) by [`World::init`] or
+/// [`World::init_with`], each with its `(rank, size)`; kept after the world
+/// is dropped (its rank said goodbye: the launcher has no place for it
+/// again). A second join of a rank waited `HPC_TIMEOUT` for a launcher that
+/// has no second place for it, then said "the launcher … is unreachable: no
+/// answer to init within 7.5s (launcher hung or network partitioned)" of a
+/// launcher that was fine; through `init_with` it was told "another process
+/// of this job joined as rank R first", of this process itself.
+static JOINED: Mutex<Vec<(Place, (usize, usize))>> = Mutex::new(Vec::new());
+
+fn joined() -> std::sync::MutexGuard<'static, Vec<(Place, (usize, usize))>> {
+    JOINED.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// [`Error::AlreadyJoined`] where this process joined `place` before (or
+/// another of its threads is joining it now); else `place` is taken, to be
+/// given back by [`leave_place`] if the join fails.
+fn take_place(place: Place, rank: usize, size: usize) -> Result<()> {
+    let mut joined = joined();
+    if let Some((_, (rank, size))) = joined.iter().find(|(p, _)| *p == place) {
+        return Err(Error::AlreadyJoined {
+            rank: *rank,
+            size: *size,
+        });
+    }
+    joined.push((place, (rank, size)));
+    Ok(())
+}
+
+/// Gives back a place whose join failed: a later call may try again (and is
+/// answered by the launcher or MPI).
+fn leave_place(place: &Place) {
+    joined().retain(|(p, _)| p != place);
+}
 
 impl World {
     /// Joins the job this process belongs to, detecting how it was started:
@@ -211,22 +252,19 @@ impl World {
     ///
     /// Once per process where it joins a launcher's or MPI's job: a second
     /// call there is [`Error::AlreadyJoined`] at once (a process alone may
-    /// call it again). [`World::init_with`], given its settings, is not
-    /// limited so.
+    /// call it again). [`World::init_with`] is under the same rule.
     pub fn init() -> Result<World> {
-        let mut joined = JOINED.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((rank, size)) = *joined {
-            return Err(Error::AlreadyJoined { rank, size });
-        }
-        let world = World::init_with(Config::from_env()?)?;
-        if !matches!(world.bootstrap, Bootstrap::Singleton | Bootstrap::Relayed) {
-            *joined = Some((world.rank, world.size));
-        }
-        Ok(world)
+        World::init_with(Config::from_env()?)
     }
 
     /// Like [`World::init`] with explicit settings. A [`Config::timeout`] of 0
     /// or beyond [`env::MAX_TIMEOUT`] is [`Error::InvalidArgument`].
+    ///
+    /// A rank of a launcher's job (its rendezvous and secret) is joined once
+    /// per process, and MPI's job once: a second call for the same rank, by
+    /// this function or [`World::init`], while its world lives or after it was
+    /// dropped, is [`Error::AlreadyJoined`] at once. Other ranks of the same job
+    /// may be joined by other threads of the process (tests run ranks so).
     pub fn init_with(config: Config) -> Result<World> {
         env::check_timeout("hpc_runtime::Config::timeout", config.timeout)
             .map_err(Error::InvalidArgument)?;
@@ -244,14 +282,26 @@ impl World {
                 rendezvous,
                 secret,
             } => {
-                let (link, names) = LauncherLink::connect(
+                let place = Place::Launcher {
+                    rendezvous: rendezvous.clone(),
+                    secret,
+                    rank,
+                };
+                take_place(place.clone(), rank, size)?;
+                let (link, names) = match LauncherLink::connect(
                     rank,
                     size,
                     &rendezvous,
                     secret,
                     &config.node_name,
                     config.timeout,
-                )?;
+                ) {
+                    Ok(joined) => joined,
+                    Err(e) => {
+                        leave_place(&place);
+                        return Err(e);
+                    }
+                };
                 World {
                     rank,
                     size,
@@ -264,7 +314,19 @@ impl World {
             Detected::Mpi {
                 launcher,
                 size_hint,
-            } => World::mpi(&config, launcher, size_hint)?,
+            } => {
+                if let Some((_, (rank, size))) = joined().iter().find(|(p, _)| *p == Place::Mpi) {
+                    return Err(Error::AlreadyJoined {
+                        rank: *rank,
+                        size: *size,
+                    });
+                }
+                let world = World::mpi(&config, launcher, size_hint)?;
+                if matches!(world.bootstrap, Bootstrap::Mpi { .. }) {
+                    joined().push((Place::Mpi, (world.rank, world.size)));
+                }
+                world
+            }
         };
         tracing::info!(
             bootstrap = %world.bootstrap,
