@@ -290,9 +290,7 @@ mod tests {
     /// process holds is refused at the rename; free again, it is replaced.
     #[test]
     fn a_lock_file_taken_after_the_claim_is_not_renamed_over() {
-        let dir = std::env::temp_dir().join(format!("hpc-io-held-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
+        let dir = scratch("held");
         let lock = dir.join("run.lock");
         // Held as a run holds its `run.lock`: an exclusive flock.
         let lock_now = |path: &Path| {
@@ -320,7 +318,6 @@ mod tests {
         drop(held);
         rename_over(&tmp, &lock).unwrap();
         assert_eq!(fs::read(&lock).unwrap(), b"{}");
-        fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -329,9 +326,7 @@ mod tests {
             let e = check_replaceable(Path::new(p)).unwrap_err().to_string();
             assert!(e.starts_with(&format!("cannot replace {p}: it is")), "{e}");
         }
-        let dir = std::env::temp_dir().join(format!("hpc-io-linked-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
+        let dir = scratch("linked");
         let link = dir.join("out.json");
         std::os::unix::fs::symlink("/dev/null", &link).unwrap();
         let e = check_replaceable(&link).unwrap_err().to_string();
@@ -346,13 +341,11 @@ mod tests {
         write(&link, &dir.join(".out.tmp"), b"new").unwrap();
         assert_eq!(fs::read(dir.join("victim")).unwrap(), b"keep");
         assert_eq!(fs::read(&link).unwrap(), b"new");
-        fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn a_device_a_fifo_or_a_directory_is_never_replaced() {
         let dir = scratch("rename-over");
-        let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(dir.join("sub")).unwrap();
         let fifo = dir.join("fifo");
         crate::test_util::mkfifo(&fifo);
@@ -378,7 +371,6 @@ mod tests {
         write(&dir.join("f"), &dir.join(".f.tmp"), b"1").unwrap();
         write(&dir.join("f"), &dir.join(".f.tmp"), b"2").unwrap();
         assert_eq!(fs::read(dir.join("f")).unwrap(), b"2");
-        fs::remove_dir_all(&dir).unwrap();
     }
 
     /// The final name is checked before the temporary file is made: nothing is
@@ -398,7 +390,6 @@ mod tests {
         assert_eq!(err.op, "replace", "{err}");
         assert!(!filled, "the contents were written for a refused name");
         assert!(!tmp.exists());
-        fs::remove_dir_all(&dir).unwrap();
     }
 
     /// A symbolic link or a FIFO planted at the temporary name is neither written
@@ -418,7 +409,6 @@ mod tests {
         write(&path, &tmp, b"newer").unwrap();
         assert_eq!(fs::read_to_string(&path).unwrap(), "newer");
         assert!(!tmp.exists());
-        fs::remove_dir_all(&d).unwrap();
     }
 
     /// `out/` (or `out/.`) names a directory, even one that does not exist yet:
@@ -438,10 +428,9 @@ mod tests {
         assert!(!d.join("new").exists());
         check_replaceable(&d.join("a..b")).unwrap();
         check_replaceable(&d.join("new")).unwrap();
-        fs::remove_dir_all(&d).unwrap();
     }
 
-    fn scratch(tag: &str) -> PathBuf {
+    fn scratch(tag: &str) -> crate::test_util::TmpDir {
         crate::test_util::scratch("atomic", tag)
     }
 
@@ -453,7 +442,6 @@ mod tests {
         write(&path, &tmp, b"new").unwrap();
         assert_eq!(fs::read_to_string(&path).unwrap(), "new");
         assert!(!tmp.exists());
-        let _ = fs::remove_dir_all(&d);
     }
 
     #[test]
@@ -478,7 +466,6 @@ mod tests {
         assert!(matches!(r, Err(E::Mine)), "{r:?}");
         assert_eq!(fs::read_to_string(&path).unwrap(), "old");
         assert!(!tmp.exists(), "the temporary file was left");
-        let _ = fs::remove_dir_all(&d);
     }
 
     #[test]
@@ -496,6 +483,5 @@ mod tests {
         let e = write(&d.join("taken"), &tmp, b"x").unwrap_err();
         assert_eq!(e.op, "replace", "{e}");
         assert!(!tmp.exists());
-        let _ = fs::remove_dir_all(&d);
     }
 }

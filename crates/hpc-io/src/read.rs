@@ -312,7 +312,7 @@ mod tests {
         assert_eq!(line.matches(&os).count(), 1, "{line}");
     }
 
-    fn tempdir(name: &str) -> PathBuf {
+    fn tempdir(name: &str) -> crate::test_util::TmpDir {
         crate::test_util::scratch("read", name)
     }
 
@@ -337,7 +337,6 @@ mod tests {
             msg.contains(&p.display().to_string()) && msg.contains("FIFO"),
             "{msg}"
         );
-        std::fs::remove_dir_all(&d).unwrap();
     }
 
     /// A socket, which no `open` opens, was "cannot open …: No such device or
@@ -358,7 +357,6 @@ mod tests {
             ),
             "{err}"
         );
-        std::fs::remove_dir_all(&d).unwrap();
     }
 
     #[test]
@@ -391,8 +389,7 @@ mod tests {
             ),
             "{err}"
         );
-        assert_eq!(err.path(), d.as_path());
-        std::fs::remove_dir_all(&d).unwrap();
+        assert_eq!(err.path(), &*d);
     }
 
     #[test]
@@ -415,7 +412,6 @@ mod tests {
         // Exactly at the bound is accepted.
         std::fs::write(&p, vec![b'k'; 4096]).unwrap();
         assert_eq!(read_regular(&p, MAX_KEY_BYTES).unwrap().len(), 4096);
-        std::fs::remove_dir_all(&d).unwrap();
     }
 
     /// A file that grows after its size was taken is still read only to the bound.
@@ -439,7 +435,6 @@ mod tests {
             ),
             "{err}"
         );
-        std::fs::remove_dir_all(&d).unwrap();
     }
 
     #[test]
@@ -462,7 +457,6 @@ mod tests {
             read_regular(&lf, MAX_CONFIG_BYTES),
             Err(ReadError::NotRegular { kind: "a FIFO", .. })
         ));
-        std::fs::remove_dir_all(&d).unwrap();
     }
 
     #[test]
@@ -485,7 +479,6 @@ mod tests {
         let err = read_regular_to_string(&p, MAX_CONFIG_BYTES).unwrap_err();
         assert!(matches!(err, ReadError::NotUtf8 { offset: 2, .. }), "{err}");
         assert_eq!(read_regular(&p, MAX_CONFIG_BYTES).unwrap(), b"ab\xffcd");
-        std::fs::remove_dir_all(&d).unwrap();
     }
 
     #[test]
