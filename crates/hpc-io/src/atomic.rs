@@ -145,9 +145,66 @@ pub fn create_fresh(path: &Path) -> Result<File, StepError> {
 /// assert_eq!(err.to_string(), "cannot replace /dev/null: it is a character device, not a regular file");
 /// # std::fs::remove_dir_all(&dir).unwrap();
 /// ```
+///
+/// The new file takes the permission bits of the regular file it replaces
+/// (of a link's target), and its owner and group where this process may give
+/// them (as root): a private file (0600) replaced came back readable by
+/// everyone (0644, the umask's), an executable lost its `x`. Set-id bits are
+/// never copied onto new contents.
 pub fn rename_over(tmp: &Path, path: &Path) -> Result<(), StepError> {
     check_replaceable(path)?;
+    keep_mode(tmp, path)?;
     fs::rename(tmp, path).map_err(StepError::of("rename", path))
+}
+
+/// Gives `tmp` the permission bits (and, where this process may, the owner
+/// and group) of the regular file `path` names, if it names one. `tmp` is
+/// opened without following a link and changed through its descriptor
+/// (`/proc/self/fd`), so that nothing planted at its name is changed.
+fn keep_mode(tmp: &Path, path: &Path) -> Result<(), StepError> {
+    use rustix::fs::{Gid, Mode, OFlags, Uid};
+    use std::os::unix::fs::MetadataExt as _;
+    let Ok(old) = fs::metadata(path) else {
+        return Ok(());
+    };
+    if !old.is_file() {
+        return Ok(());
+    }
+    let err = |op| StepError::of(op, tmp);
+    let fd = rustix::fs::open(
+        tmp,
+        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| err("open")(e.into()))?;
+    let new = rustix::fs::fstat(&fd).map_err(|e| err("stat")(e.into()))?;
+    if rustix::fs::FileType::from_raw_mode(new.st_mode) != rustix::fs::FileType::RegularFile {
+        return Err(err("open")(std::io::Error::other(
+            "it is not a regular file (replaced while it was written?); nothing renamed",
+        )));
+    }
+    // Through the descriptor's name in /proc (an `O_PATH` descriptor has no
+    // fchmod); where /proc is missing, through the name just checked.
+    let proc = PathBuf::from(format!(
+        "/proc/self/fd/{}",
+        std::os::fd::AsRawFd::as_raw_fd(&fd)
+    ));
+    let by = if proc.exists() { proc.as_path() } else { tmp };
+    if (new.st_uid, new.st_gid) != (old.uid(), old.gid()) {
+        // Only root may give a file to another user: otherwise the new file is
+        // this process's, as a file it writes is.
+        let _ = rustix::fs::chown(
+            by,
+            Some(Uid::from_raw(old.uid())),
+            Some(Gid::from_raw(old.gid())),
+        );
+    }
+    let bits = old.mode() & 0o777;
+    if new.st_mode & 0o7777 != bits {
+        rustix::fs::chmod(by, Mode::from_raw_mode(bits))
+            .map_err(|e| err("set the mode of")(e.into()))?;
+    }
+    Ok(())
 }
 
 /// Whether `path` still names `file` (the same device and inode, not
@@ -318,6 +375,47 @@ mod tests {
         drop(held);
         rename_over(&tmp, &lock).unwrap();
         assert_eq!(fs::read(&lock).unwrap(), b"{}");
+    }
+
+    /// A user's file replaced by a new one (a `-o` output, a run's result, a
+    /// checkpoint) came back with the mode the process's umask gives: a
+    /// private file (0600) became readable by everyone (0644), an
+    /// executable lost its `x`. The new file takes the permission bits of
+    /// the one it replaces (of a link's target, for a link to a regular file),
+    /// never its set-id bits; a new name keeps the umask's.
+    #[test]
+    fn a_replaced_file_keeps_its_mode() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let d = scratch("mode");
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+        for (old, kept) in [
+            (0o600, 0o600),
+            (0o640, 0o640),
+            (0o755, 0o755),
+            (0o4755, 0o755),
+        ] {
+            let path = d.join("out.json");
+            fs::write(&path, "old").unwrap();
+            fs::set_permissions(&path, fs::Permissions::from_mode(old)).unwrap();
+            write(&path, &d.join(".out.json.tmp"), b"new").unwrap();
+            assert_eq!(fs::read(&path).unwrap(), b"new");
+            assert_eq!(mode(&path), kept, "{old:o}");
+            fs::remove_file(&path).unwrap();
+        }
+        // Through `replace_with` and `rename_over` alike, and of a link's target.
+        fs::write(d.join("target"), "old").unwrap();
+        fs::set_permissions(d.join("target"), fs::Permissions::from_mode(0o600)).unwrap();
+        std::os::unix::fs::symlink(d.join("target"), d.join("link")).unwrap();
+        fs::write(d.join(".tmp"), "new").unwrap();
+        fs::set_permissions(d.join(".tmp"), fs::Permissions::from_mode(0o666)).unwrap();
+        rename_over(&d.join(".tmp"), &d.join("link")).unwrap();
+        assert_eq!(mode(&d.join("link")), 0o600);
+        assert_eq!(fs::read(d.join("target")).unwrap(), b"old");
+        // A new name: the mode the file was made with.
+        fs::write(d.join(".tmp"), "new").unwrap();
+        fs::set_permissions(d.join(".tmp"), fs::Permissions::from_mode(0o640)).unwrap();
+        rename_over(&d.join(".tmp"), &d.join("fresh")).unwrap();
+        assert_eq!(mode(&d.join("fresh")), 0o640);
     }
 
     #[test]
