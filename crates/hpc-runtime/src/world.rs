@@ -345,13 +345,19 @@ impl World {
     /// `rank` being this process: for processes that are not ranks of a job but
     /// must connect to each other (a transport among the collectives proxies of
     /// several nodes, bootstrapped through their ranks). Members with equal node
-    /// names share a node.
+    /// names share a node. A `timeout` of 0 or beyond [`env::MAX_TIMEOUT`] is
+    /// [`Error::InvalidArgument`], as [`World::init_with`]'s is: the world's
+    /// timeout bounds every wait of what is built on it (`Duration::MAX` was
+    /// taken, and the first deadline made from it, `Instant::now() +
+    /// timeout`, panicked with an overflow in the transport).
     pub fn relayed(
         rank: usize,
         node_names: &[String],
         timeout: Duration,
         relay: Box<dyn Relay>,
     ) -> Result<World> {
+        env::check_timeout("hpc_runtime::World::relayed's timeout", timeout)
+            .map_err(Error::InvalidArgument)?;
         if rank >= node_names.len() {
             return Err(Error::InvalidArgument(format!(
                 "member {rank} of a relayed world of {}",
@@ -649,5 +655,35 @@ mod tests {
             barrier,
         };
         assert!(World::relayed(3, &names, Duration::from_secs(1), Box::new(relay)).is_err());
+    }
+
+    /// A relayed world given a timeout no wait can be bounded by: taken, and
+    /// the first deadline made from it (`Instant::now() + timeout`, as the
+    /// tcp transport's set-up makes) panicked with an overflow. Refused
+    /// naming it, as `init_with`'s `Config::timeout` is; a week is still taken.
+    #[test]
+    fn a_relayed_world_refuses_a_timeout_no_wait_is_bounded_by() {
+        struct Alone;
+        impl Relay for Alone {
+            fn allgather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
+                Ok(vec![mine.to_vec()])
+            }
+        }
+        let names = ["a".to_string()];
+        for t in [
+            Duration::ZERO,
+            Duration::MAX,
+            env::MAX_TIMEOUT + Duration::from_nanos(1),
+        ] {
+            match World::relayed(0, &names, t, Box::new(Alone)) {
+                Err(Error::InvalidArgument(e)) => assert!(
+                    e.contains("World::relayed's timeout") && e.contains("at most a week"),
+                    "{e}"
+                ),
+                other => panic!("{t:?} taken: {other:?}"),
+            }
+        }
+        let w = World::relayed(0, &names, env::MAX_TIMEOUT, Box::new(Alone)).unwrap();
+        assert!(std::time::Instant::now().checked_add(w.timeout()).is_some());
     }
 }
