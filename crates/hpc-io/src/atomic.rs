@@ -147,18 +147,19 @@ pub fn create_fresh(path: &Path) -> Result<File, StepError> {
 /// ```
 ///
 /// The new file takes the permission bits of the regular file it replaces
-/// (of a link's target), and its owner and group where this process may give
-/// them (as root): a private file (0600) replaced came back readable by
-/// everyone (0644, the umask's), an executable lost its `x`. Set-id bits are
-/// never copied onto new contents.
+/// (of a link's target), and the owner and group of a file there (not of a
+/// link's target) where this process may give them (as root): a private file
+/// (0600) replaced came back readable by everyone (0644, the umask's), an
+/// executable lost its `x`. Set-id bits are never copied onto new contents.
 pub fn rename_over(tmp: &Path, path: &Path) -> Result<(), StepError> {
     check_replaceable(path)?;
     keep_mode(tmp, path)?;
     fs::rename(tmp, path).map_err(StepError::of("rename", path))
 }
 
-/// Gives `tmp` the permission bits (and, where this process may, the owner
-/// and group) of the regular file `path` names, if it names one. `tmp` is
+/// Gives `tmp` the permission bits of the regular file `path` names, if it
+/// names one (through a link), and, where this process may, the owner and
+/// group of a regular file at `path` itself. `tmp` is
 /// opened without following a link and changed through its descriptor
 /// (`/proc/self/fd`), so that nothing planted at its name is changed.
 fn keep_mode(tmp: &Path, path: &Path) -> Result<(), StepError> {
@@ -190,7 +191,10 @@ fn keep_mode(tmp: &Path, path: &Path) -> Result<(), StepError> {
         std::os::fd::AsRawFd::as_raw_fd(&fd)
     ));
     let by = if proc.exists() { proc.as_path() } else { tmp };
-    if (new.st_uid, new.st_gid) != (old.uid(), old.gid()) {
+    // The owner only of a file at the name itself, never a link's target's:
+    // a link planted to another user's file would give them the output.
+    let own = fs::symlink_metadata(path).is_ok_and(|m| m.is_file());
+    if own && (new.st_uid, new.st_gid) != (old.uid(), old.gid()) {
         // Only root may give a file to another user: otherwise the new file is
         // this process's, as a file it writes is.
         let _ = rustix::fs::chown(
@@ -416,6 +420,34 @@ mod tests {
         fs::set_permissions(d.join(".tmp"), fs::Permissions::from_mode(0o640)).unwrap();
         rename_over(&d.join(".tmp"), &d.join("fresh")).unwrap();
         assert_eq!(mode(&d.join("fresh")), 0o640);
+        // As root: a user's file replaced stays the user's; a link to another
+        // user's file does not give that user the new file.
+        if rustix::process::geteuid().is_root() {
+            use std::os::unix::fs::MetadataExt as _;
+            let nobody = (65534, 65534);
+            let give = |p: &Path| {
+                rustix::fs::chown(
+                    p,
+                    Some(rustix::fs::Uid::from_raw(nobody.0)),
+                    Some(rustix::fs::Gid::from_raw(nobody.1)),
+                )
+                .unwrap()
+            };
+            let owner = |p: &Path| {
+                let m = fs::symlink_metadata(p).unwrap();
+                (m.uid(), m.gid())
+            };
+            fs::write(d.join("theirs"), "old").unwrap();
+            give(&d.join("theirs"));
+            write(&d.join("theirs"), &d.join(".tmp"), b"new").unwrap();
+            assert_eq!(owner(&d.join("theirs")), nobody);
+            give(&d.join("target"));
+            fs::remove_file(d.join("link")).unwrap();
+            std::os::unix::fs::symlink(d.join("target"), d.join("link")).unwrap();
+            write(&d.join("link"), &d.join(".tmp"), b"new").unwrap();
+            assert_eq!(owner(&d.join("link")), (0, 0));
+            assert_eq!(mode(&d.join("link")), 0o600);
+        }
     }
 
     #[test]
