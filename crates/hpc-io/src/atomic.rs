@@ -65,8 +65,15 @@ pub fn replace_with<T, E: From<StepError>>(
     // made beside it (`/dev/null` would otherwise have its temporary in `/dev`).
     check_replaceable(path)?;
     let mut made: Option<File> = None;
+    // A `fill` that panics (the caller's code) unwinds past the clean-up
+    // below: the temporary it half wrote was left beside the output.
+    let unwinding = RemoveOnUnwind {
+        tmp,
+        made: std::cell::Cell::new(None),
+    };
     let result = (|| {
         let f = made.insert(create_fresh(tmp)?);
+        unwinding.made.set(identity(f));
         let value = fill(f)?;
         f.sync_all().map_err(StepError::of("sync", tmp))?;
         // Another writer of the same temporary name (two threads of one
@@ -92,7 +99,33 @@ pub fn replace_with<T, E: From<StepError>>(
     if result.is_err() && made.as_ref().is_none_or(|f| still_at(f, tmp)) {
         let _ = fs::remove_file(tmp);
     }
+    drop(unwinding);
     result
+}
+
+/// A file's device and inode.
+fn identity(f: &File) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt as _;
+    f.metadata().ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// Removes the temporary file [`replace_with`] made when its `fill` panics,
+/// where the name is still that file (another writer's is left to it).
+struct RemoveOnUnwind<'a> {
+    tmp: &'a Path,
+    made: std::cell::Cell<Option<(u64, u64)>>,
+}
+
+impl Drop for RemoveOnUnwind<'_> {
+    fn drop(&mut self) {
+        use std::os::unix::fs::MetadataExt as _;
+        let Some(made) = self.made.get().filter(|_| std::thread::panicking()) else {
+            return;
+        };
+        if fs::symlink_metadata(self.tmp).is_ok_and(|m| (m.dev(), m.ino()) == made) {
+            let _ = fs::remove_file(self.tmp);
+        }
+    }
 }
 
 /// Creates `path` as a new, empty file for writing (`O_EXCL`, so never through a
@@ -448,6 +481,26 @@ mod tests {
             assert_eq!(owner(&d.join("link")), (0, 0));
             assert_eq!(mode(&d.join("link")), 0o600);
         }
+    }
+
+    /// A `fill` that panics (a payload's reader, a serialiser: the caller's
+    /// code) left the temporary file beside the output, half written, for
+    /// good: the clean-up ran on an error only. It is removed as the panic
+    /// unwinds, and the old file is kept.
+    #[test]
+    fn a_fill_that_panics_leaves_no_temporary() {
+        let d = scratch("panic");
+        let (path, tmp) = (d.join("a"), d.join(".a.tmp"));
+        fs::write(&path, "old").unwrap();
+        let r = std::panic::catch_unwind(|| {
+            let _ = replace_with(&path, &tmp, |f| -> Result<(), StepError> {
+                f.write_all(b"half").unwrap();
+                panic!("the caller's fill failed");
+            });
+        });
+        assert!(r.is_err());
+        assert!(!tmp.exists(), "the temporary file was left");
+        assert_eq!(fs::read_to_string(&path).unwrap(), "old");
     }
 
     #[test]
