@@ -136,8 +136,8 @@ impl RunArgs {
             "no_spikes": self.no_spikes,
             "checkpoint_every": self.checkpoint_every,
             "checkpoint_keep": self.checkpoint_keep,
-            "checkpoint_dir": self.checkpoint_dir.as_deref().map(Path::to_string_lossy),
-            "restart": self.restart.as_deref().map(Path::to_string_lossy),
+            "checkpoint_dir": self.checkpoint_dir.as_deref().map(shared_path),
+            "restart": self.restart.as_deref().map(shared_path),
             "stop_at": self.stop_at,
         })
     }
@@ -332,5 +332,51 @@ impl RunOptions {
             }
         }
         Ok(())
+    }
+}
+
+/// A path as the ranks compare it ([`RunArgs::shared`]): as it is where it is
+/// UTF-8, else with its other bytes escaped (`"ck\xFF"`). Replaced by U+FFFD
+/// as it was, two ranks given different directories (`ck\xff`, `ck\xfe`) were
+/// taken for given the same one.
+fn shared_path(p: &Path) -> String {
+    p.to_str().map_or_else(|| format!("{p:?}"), str::to_string)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser as _;
+    use std::os::unix::ffi::OsStrExt as _;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    /// Ranks given `--restart` (or `--checkpoint-dir`) directories whose names
+    /// differ in bytes that are not UTF-8 were compared as the same (each
+    /// byte replaced by U+FFFD): the check that every rank is given the same
+    /// options let them through. They differ; a UTF-8 path is compared as it is.
+    #[test]
+    fn paths_that_differ_in_bytes_not_utf8_are_not_the_same() {
+        let shared = |dir: &[u8]| {
+            let dir = std::ffi::OsStr::from_bytes(dir);
+            let cli = Cli::parse_from([
+                std::ffi::OsStr::new("net"),
+                std::ffi::OsStr::new("--restart"),
+                dir,
+                std::ffi::OsStr::new("--checkpoint-every"),
+                std::ffi::OsStr::new("1"),
+                std::ffi::OsStr::new("--checkpoint-dir"),
+                dir,
+            ]);
+            cli.run.shared()
+        };
+        let (a, b) = (shared(b"ck\xff"), shared(b"ck\xfe"));
+        assert_ne!(a["restart"], b["restart"]);
+        assert_ne!(a["checkpoint_dir"], b["checkpoint_dir"]);
+        assert_eq!(shared(b"ck")["restart"], "ck");
     }
 }
