@@ -23,6 +23,7 @@ mod lockfile;
 pub mod message;
 pub mod read;
 pub mod rundir;
+pub mod serde_path;
 pub mod system;
 pub mod tool;
 pub mod write;

@@ -311,15 +311,16 @@ pub fn choose(
     } else {
         Err(String::new())
     };
-    // The path as its bytes: a path that is not UTF-8 (a name Linux allows)
-    // failed rank 0's serialisation, "path contains invalid UNICODE
-    // characters", naming neither the flag nor the path, before the broadcast
-    // the other ranks waited in.
-    use std::os::unix::ffi::{OsStrExt as _, OsStringExt as _};
-    let mine = mine.map(|p| p.into_os_string().into_vec());
-    let chosen: std::result::Result<Vec<u8>, String> =
+    // A path that is not UTF-8 (a name Linux allows) failed rank 0's
+    // serialisation, "path contains invalid UTF-8 characters", naming neither
+    // the flag nor the path, before the broadcast the other ranks waited in:
+    // it travels as its bytes ([`hpc_io::serde_path`]).
+    #[derive(serde::Serialize, serde::Deserialize)]
+    struct Chosen(#[serde(with = "hpc_io::serde_path")] PathBuf);
+    let mine = mine.map(Chosen);
+    let chosen: std::result::Result<Chosen, String> =
         serde_json::from_slice(&world.broadcast(0, &serde_json::to_vec(&mine)?)?)?;
-    let chosen = chosen.map(|b| PathBuf::from(std::ffi::OsStr::from_bytes(&b)));
+    let chosen = chosen.map(|c| c.0);
     chosen.map_err(|e| {
         if world.rank() == 0 {
             anyhow::anyhow!(e)
