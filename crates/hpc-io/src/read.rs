@@ -121,8 +121,14 @@ impl ReadError {
     }
 }
 
-/// What the file `m` describes is, in words, for messages ([`kind_of`]).
-pub(crate) fn kind_of_meta(m: &std::fs::Metadata) -> &'static str {
+/// What the file `m` describes is, in words, for messages: "a regular file",
+/// "a directory", "a FIFO", "a character device", …
+///
+/// ```
+/// let m = std::fs::metadata("/dev/null").unwrap();
+/// assert_eq!(hpc_io::read::kind_of_meta(&m), "a character device");
+/// ```
+pub fn kind_of_meta(m: &std::fs::Metadata) -> &'static str {
     kind_of(FileType::from_raw_mode(
         std::os::unix::fs::MetadataExt::mode(m),
     ))
