@@ -201,7 +201,7 @@ pub fn hostname() -> String {
 /// A place in a job this process took (or is taking): a rank of a
 /// launcher's job (its rendezvous and secret), or MPI's, which a process
 /// initialises once.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum Place {
     Launcher {
         rendezvous: String,
@@ -218,10 +218,12 @@ enum Place {
 /// has no second place for it, then said "the launcher … is unreachable: no
 /// answer to init within 7.5s (launcher hung or network partitioned)" of a
 /// launcher that was fine; through `init_with` it was told "another process
-/// of this job joined as rank R first", of this process itself.
-static JOINED: Mutex<Vec<(Place, (usize, usize))>> = Mutex::new(Vec::new());
+/// of this job joined as rank R first", of this process itself. A map: a
+/// process that makes many communicators joins a link's job for each.
+static JOINED: std::sync::LazyLock<Mutex<HashMap<Place, (usize, usize)>>> =
+    std::sync::LazyLock::new(|| Mutex::new(HashMap::new()));
 
-fn joined() -> std::sync::MutexGuard<'static, Vec<(Place, (usize, usize))>> {
+fn joined() -> std::sync::MutexGuard<'static, HashMap<Place, (usize, usize)>> {
     JOINED.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -230,20 +232,17 @@ fn joined() -> std::sync::MutexGuard<'static, Vec<(Place, (usize, usize))>> {
 /// given back by [`leave_place`] if the join fails.
 fn take_place(place: Place, rank: usize, size: usize) -> Result<()> {
     let mut joined = joined();
-    if let Some((_, (rank, size))) = joined.iter().find(|(p, _)| *p == place) {
-        return Err(Error::AlreadyJoined {
-            rank: *rank,
-            size: *size,
-        });
+    if let Some(&(rank, size)) = joined.get(&place) {
+        return Err(Error::AlreadyJoined { rank, size });
     }
-    joined.push((place, (rank, size)));
+    joined.insert(place, (rank, size));
     Ok(())
 }
 
 /// Gives back a place whose join failed: a later call may try again (and is
 /// answered by the launcher or MPI).
 fn leave_place(place: &Place) {
-    joined().retain(|(p, _)| p != place);
+    joined().remove(place);
 }
 
 impl World {
@@ -315,15 +314,12 @@ impl World {
                 launcher,
                 size_hint,
             } => {
-                if let Some((_, (rank, size))) = joined().iter().find(|(p, _)| *p == Place::Mpi) {
-                    return Err(Error::AlreadyJoined {
-                        rank: *rank,
-                        size: *size,
-                    });
+                if let Some(&(rank, size)) = joined().get(&Place::Mpi) {
+                    return Err(Error::AlreadyJoined { rank, size });
                 }
                 let world = World::mpi(&config, launcher, size_hint)?;
                 if matches!(world.bootstrap, Bootstrap::Mpi { .. }) {
-                    joined().push((Place::Mpi, (world.rank, world.size)));
+                    joined().insert(Place::Mpi, (world.rank, world.size));
                 }
                 world
             }

@@ -7,6 +7,12 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 
+/// Serde for an `Option<PathBuf>` that may not be UTF-8 (a legal Linux file name):
+/// a UTF-8 path is written as a string, any other as its bytes, and both are read
+/// back exactly (`#[serde(with = "hpc_spiking::run::opt_path")]`); the rule of
+/// [`hpc_io::serde_path`], which the topology's source follows too.
+pub use hpc_io::serde_path::opt as opt_path;
+
 /// How a simulation runs: the overlap of the exchange, the spike file, the
 /// checkpoints and an early stop (shared by every network of the workspace).
 #[derive(Clone, Debug, Default)]
@@ -1060,9 +1066,3 @@ mod tests {
         );
     }
 }
-
-/// Serde for an `Option<PathBuf>` that may not be UTF-8 (a legal Linux file name):
-/// a UTF-8 path is written as a string, any other as its bytes, and both are read
-/// back exactly (`#[serde(with = "hpc_spiking::run::opt_path")]`); the rule of
-/// [`hpc_io::serde_path`], which the topology's source follows too.
-pub use hpc_io::serde_path::opt as opt_path;
