@@ -69,6 +69,33 @@ impl Checkpoints {
         hpc_io::rundir::check_dir_link(&self.root)
             .map_err(|e| Error::InvalidArgument(format!("checkpoint directory: {e}")))?;
         let dir = self.step_dir(step);
+        // A file, a FIFO or a device where a directory goes: `create_dir_all`
+        // said only "File exists" or "Not a directory", not what is there.
+        let in_the_way = |path: &Path, meta: fs::Metadata, what: &str| {
+            Error::InvalidArgument(format!(
+                "{} is {}, not a directory: {what}; remove it or choose another \
+                 checkpoint directory",
+                hpc_io::message::path(path),
+                hpc_io::read::kind_of_meta(&meta)
+            ))
+        };
+        if let Some(m) = fs::metadata(&self.root).ok().filter(|m| !m.is_dir()) {
+            return Err(in_the_way(
+                &self.root,
+                m,
+                "the checkpoints are directories in the checkpoint directory",
+            ));
+        }
+        if let Some(m) = fs::symlink_metadata(&dir)
+            .ok()
+            .filter(|m| !m.is_dir() && !m.is_symlink())
+        {
+            return Err(in_the_way(
+                &dir,
+                m,
+                &format!("the checkpoint of step {step} is a directory of that name"),
+            ));
+        }
         fs::create_dir_all(&dir).map_err(io("create", &dir))?;
         let meta = fs::symlink_metadata(&dir).map_err(io("inspect", &dir))?;
         if !meta.is_dir() {

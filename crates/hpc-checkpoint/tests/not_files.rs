@@ -119,3 +119,39 @@ fn a_root_longer_than_any_path_is_cut_in_the_refusals() {
         );
     }
 }
+
+/// A step's directory name taken by a regular file or a FIFO, and a root that
+/// is a file or a device: the write said "cannot create …/step-0000000001: File
+/// exists (os error 17)" or "…: Not a directory", not what is in the way. It
+/// names the path and what it is, and nothing is written.
+#[test]
+fn a_step_or_root_that_is_not_a_directory_is_named_with_what_it_is() {
+    let root = hpc_test_support::TmpDir::new("ckpt-notfile", "notdir");
+    let set = Checkpoints::new(root.to_path_buf());
+    std::fs::write(set.step_dir(1), "a file").unwrap();
+    mkfifo(&set.step_dir(2));
+    for (step, kind) in [(1, "a regular file"), (2, "a FIFO")] {
+        let e = set.write_rank(step, 0, 1, b"x").unwrap_err().to_string();
+        let dir = set.step_dir(step);
+        assert!(
+            e.contains(&format!("{} is {kind}, not a directory", dir.display())),
+            "{e}"
+        );
+        let e = set.write_file(step, "extra", b"x").unwrap_err().to_string();
+        assert!(e.contains(&format!("is {kind}, not a directory")), "{e}");
+    }
+    std::fs::write(root.join("afile"), "x").unwrap();
+    for (path, kind) in [
+        (root.join("afile"), "a regular file"),
+        ("/dev/null".into(), "a character device"),
+    ] {
+        let e = Checkpoints::new(&path)
+            .write_rank(1, 0, 1, b"x")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(&format!("{} is {kind}, not a directory", path.display())),
+            "{e}"
+        );
+    }
+}

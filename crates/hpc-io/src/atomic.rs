@@ -66,9 +66,15 @@ pub fn replace_with<T, E: From<StepError>>(
     // made beside it (`/dev/null` would otherwise have its temporary in `/dev`).
     check_replaceable(path)?;
     let mut made: Option<File> = None;
+    // A `fill` that panics (the caller's code) unwinds past the clean-up
+    // below: the temporary it half wrote was left beside the output.
+    let unwinding = RemoveOnUnwind {
+        tmp,
+        made: std::cell::Cell::new(None),
+    };
     let result = (|| {
         let f = made.insert(create_fresh(tmp)?);
-        keep_mode(path, f, tmp)?;
+        unwinding.made.set(identity(f));
         let value = fill(f)?;
         f.sync_all().map_err(StepError::of("sync", tmp))?;
         // Another writer of the same temporary name (two threads of one
@@ -94,36 +100,33 @@ pub fn replace_with<T, E: From<StepError>>(
     if result.is_err() && made.as_ref().is_none_or(|f| still_at(f, tmp)) {
         let _ = fs::remove_file(tmp);
     }
+    drop(unwinding);
     result
 }
 
-/// The permission bits (not the set-id bits) that a file written over
-/// `path` keeps ([`keep_mode`]): those of the regular file there, `None`
-/// where there is none.
-pub fn kept_mode(path: &Path) -> Option<u32> {
-    use std::os::unix::fs::PermissionsExt as _;
-    fs::symlink_metadata(path)
-        .ok()
-        .filter(|m| m.is_file())
-        .map(|m| m.permissions().mode() & 0o777)
+/// A file's device and inode.
+fn identity(f: &File) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt as _;
+    f.metadata().ok().map(|m| (m.dev(), m.ino()))
 }
 
-/// Gives `file`, the new file `tmp` that will be renamed over `path`, the
-/// permission bits (not the set-id bits) of the regular file at `path`, when
-/// there is one: a new file takes the default mode, and a trace or figure
-/// written over a user's private (0640) file became readable by every user
-/// (0644). Every replacement of a file does this before its rename.
-///
-/// # Errors
-///
-/// The mode could not be set ("set the mode of" `tmp`).
-pub fn keep_mode(path: &Path, file: &File, tmp: &Path) -> Result<(), StepError> {
-    use std::os::unix::fs::PermissionsExt as _;
-    let Some(mode) = kept_mode(path) else {
-        return Ok(());
-    };
-    file.set_permissions(fs::Permissions::from_mode(mode))
-        .map_err(StepError::of("set the mode of", tmp))
+/// Removes the temporary file [`replace_with`] made when its `fill` panics,
+/// where the name is still that file (another writer's is left to it).
+struct RemoveOnUnwind<'a> {
+    tmp: &'a Path,
+    made: std::cell::Cell<Option<(u64, u64)>>,
+}
+
+impl Drop for RemoveOnUnwind<'_> {
+    fn drop(&mut self) {
+        use std::os::unix::fs::MetadataExt as _;
+        let Some(made) = self.made.get().filter(|_| std::thread::panicking()) else {
+            return;
+        };
+        if fs::symlink_metadata(self.tmp).is_ok_and(|m| (m.dev(), m.ino()) == made) {
+            let _ = fs::remove_file(self.tmp);
+        }
+    }
 }
 
 /// Creates `path` as a new, empty file for writing (`O_EXCL`, so never through a
@@ -176,9 +179,84 @@ pub fn create_fresh(path: &Path) -> Result<File, StepError> {
 /// assert_eq!(err.to_string(), "cannot replace /dev/null: it is a character device, not a regular file");
 /// # std::fs::remove_dir_all(&dir).unwrap();
 /// ```
+///
+/// The new file takes the permission bits of the regular file it replaces
+/// (of a link's target), and the owner and group of a file there (not of a
+/// link's target) where this process may give them (as root): a private file
+/// (0600) replaced came back readable by everyone (0644, the umask's), an
+/// executable lost its `x`. Set-id bits are never copied onto new contents.
 pub fn rename_over(tmp: &Path, path: &Path) -> Result<(), StepError> {
     check_replaceable(path)?;
+    keep_mode(tmp, path, None)?;
     fs::rename(tmp, path).map_err(StepError::of("rename", path))
+}
+
+/// [`rename_over`], the new file given the permission bits `mode` (not the
+/// replaced file's) before the rename: a script that must be executable
+/// whatever the file it replaces was (a mode set by the path after the
+/// rename reached whatever was put at the name meanwhile). The owner is
+/// kept as `rename_over` keeps it.
+pub fn rename_over_with_mode(tmp: &Path, path: &Path, mode: u32) -> Result<(), StepError> {
+    check_replaceable(path)?;
+    keep_mode(tmp, path, Some(mode & 0o777))?;
+    fs::rename(tmp, path).map_err(StepError::of("rename", path))
+}
+
+/// Gives `tmp` the permission bits `mode`, or, where it is `None`, those of
+/// the regular file `path` names, if it names one (through a link), and,
+/// where this process may, the owner and group of a regular file at `path`
+/// itself. `tmp` is opened without following a link and changed through its
+/// descriptor (`/proc/self/fd`), so that nothing planted at its name is
+/// changed.
+fn keep_mode(tmp: &Path, path: &Path, mode: Option<u32>) -> Result<(), StepError> {
+    use rustix::fs::{Gid, Mode, OFlags, Uid};
+    use std::os::unix::fs::MetadataExt as _;
+    let old = fs::metadata(path).ok().filter(fs::Metadata::is_file);
+    if old.is_none() && mode.is_none() {
+        return Ok(());
+    }
+    let err = |op| StepError::of(op, tmp);
+    let fd = rustix::fs::open(
+        tmp,
+        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| err("open")(e.into()))?;
+    let new = rustix::fs::fstat(&fd).map_err(|e| err("stat")(e.into()))?;
+    if rustix::fs::FileType::from_raw_mode(new.st_mode) != rustix::fs::FileType::RegularFile {
+        return Err(err("open")(std::io::Error::other(
+            "it is not a regular file (replaced while it was written?); nothing renamed",
+        )));
+    }
+    // Through the descriptor's name in /proc (an `O_PATH` descriptor has no
+    // fchmod); where /proc is missing, through the name just checked.
+    let proc = PathBuf::from(format!(
+        "/proc/self/fd/{}",
+        std::os::fd::AsRawFd::as_raw_fd(&fd)
+    ));
+    let by = if proc.exists() { proc.as_path() } else { tmp };
+    // The owner only of a file at the name itself, never a link's target's:
+    // a link planted to another user's file would give them the output.
+    let own = fs::symlink_metadata(path).is_ok_and(|m| m.is_file());
+    if let Some(old) = old.as_ref().filter(|_| own) {
+        if (new.st_uid, new.st_gid) != (old.uid(), old.gid()) {
+            // Only root may give a file to another user: otherwise the new
+            // file is this process's, as a file it writes is.
+            let _ = rustix::fs::chown(
+                by,
+                Some(Uid::from_raw(old.uid())),
+                Some(Gid::from_raw(old.gid())),
+            );
+        }
+    }
+    let Some(bits) = mode.or_else(|| old.map(|o| o.mode() & 0o777)) else {
+        return Ok(());
+    };
+    if new.st_mode & 0o7777 != bits {
+        rustix::fs::chmod(by, Mode::from_raw_mode(bits))
+            .map_err(|e| err("set the mode of")(e.into()))?;
+    }
+    Ok(())
 }
 
 /// Whether `path` still names `file` (the same device and inode, not
@@ -321,9 +399,7 @@ mod tests {
     /// process holds is refused at the rename; free again, it is replaced.
     #[test]
     fn a_lock_file_taken_after_the_claim_is_not_renamed_over() {
-        let dir = std::env::temp_dir().join(format!("hpc-io-held-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
+        let dir = scratch("held");
         let lock = dir.join("run.lock");
         // Held as a run holds its `run.lock`: an exclusive flock.
         let lock_now = |path: &Path| {
@@ -351,29 +427,114 @@ mod tests {
         drop(held);
         rename_over(&tmp, &lock).unwrap();
         assert_eq!(fs::read(&lock).unwrap(), b"{}");
-        fs::remove_dir_all(&dir).unwrap();
     }
 
-    /// A regular file replaced keeps its permission bits (not its set-id
-    /// bits): written over a private 0640 file, the new one was 0644, readable
-    /// by every user. A new name takes the default mode.
+    /// A user's file replaced by a new one (a `-o` output, a run's result, a
+    /// checkpoint) came back with the mode the process's umask gives: a
+    /// private file (0600) became readable by everyone (0644), an
+    /// executable lost its `x`. The new file takes the permission bits of
+    /// the one it replaces (of a link's target, for a link to a regular file),
+    /// never its set-id bits; a new name keeps the umask's.
     #[test]
-    fn a_file_replaced_keeps_its_mode() {
+    fn a_replaced_file_keeps_its_mode() {
         use std::os::unix::fs::PermissionsExt as _;
-        let dir = std::env::temp_dir().join(format!("hpc-io-mode-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
+        let d = scratch("mode");
         let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o7777;
-        let old = dir.join("private.json");
-        fs::write(&old, b"old").unwrap();
-        fs::set_permissions(&old, fs::Permissions::from_mode(0o4640)).unwrap();
-        write(&old, &dir.join(".private.json.tmp"), b"new").unwrap();
-        assert_eq!(fs::read(&old).unwrap(), b"new");
-        assert_eq!(mode(&old), 0o640);
-        let fresh = dir.join("fresh.json");
-        write(&fresh, &dir.join(".fresh.json.tmp"), b"new").unwrap();
-        assert_eq!(mode(&fresh) & 0o600, 0o600);
-        fs::remove_dir_all(&dir).unwrap();
+        for (old, kept) in [
+            (0o600, 0o600),
+            (0o640, 0o640),
+            (0o755, 0o755),
+            (0o4755, 0o755),
+        ] {
+            let path = d.join("out.json");
+            fs::write(&path, "old").unwrap();
+            fs::set_permissions(&path, fs::Permissions::from_mode(old)).unwrap();
+            write(&path, &d.join(".out.json.tmp"), b"new").unwrap();
+            assert_eq!(fs::read(&path).unwrap(), b"new");
+            assert_eq!(mode(&path), kept, "{old:o}");
+            fs::remove_file(&path).unwrap();
+        }
+        // Through `replace_with` and `rename_over` alike, and of a link's target.
+        fs::write(d.join("target"), "old").unwrap();
+        fs::set_permissions(d.join("target"), fs::Permissions::from_mode(0o600)).unwrap();
+        std::os::unix::fs::symlink(d.join("target"), d.join("link")).unwrap();
+        fs::write(d.join(".tmp"), "new").unwrap();
+        fs::set_permissions(d.join(".tmp"), fs::Permissions::from_mode(0o666)).unwrap();
+        rename_over(&d.join(".tmp"), &d.join("link")).unwrap();
+        assert_eq!(mode(&d.join("link")), 0o600);
+        assert_eq!(fs::read(d.join("target")).unwrap(), b"old");
+        // A new name: the mode the file was made with.
+        fs::write(d.join(".tmp"), "new").unwrap();
+        fs::set_permissions(d.join(".tmp"), fs::Permissions::from_mode(0o640)).unwrap();
+        rename_over(&d.join(".tmp"), &d.join("fresh")).unwrap();
+        assert_eq!(mode(&d.join("fresh")), 0o640);
+        // As root: a user's file replaced stays the user's; a link to another
+        // user's file does not give that user the new file.
+        if rustix::process::geteuid().is_root() {
+            use std::os::unix::fs::MetadataExt as _;
+            let nobody = (65534, 65534);
+            let give = |p: &Path| {
+                rustix::fs::chown(
+                    p,
+                    Some(rustix::fs::Uid::from_raw(nobody.0)),
+                    Some(rustix::fs::Gid::from_raw(nobody.1)),
+                )
+                .unwrap()
+            };
+            let owner = |p: &Path| {
+                let m = fs::symlink_metadata(p).unwrap();
+                (m.uid(), m.gid())
+            };
+            fs::write(d.join("theirs"), "old").unwrap();
+            give(&d.join("theirs"));
+            write(&d.join("theirs"), &d.join(".tmp"), b"new").unwrap();
+            assert_eq!(owner(&d.join("theirs")), nobody);
+            give(&d.join("target"));
+            fs::remove_file(d.join("link")).unwrap();
+            std::os::unix::fs::symlink(d.join("target"), d.join("link")).unwrap();
+            write(&d.join("link"), &d.join(".tmp"), b"new").unwrap();
+            assert_eq!(owner(&d.join("link")), (0, 0));
+            assert_eq!(mode(&d.join("link")), 0o600);
+        }
+    }
+
+    /// A mode asked for (a script that must be executable) is given whatever
+    /// the replaced file's was, before the rename; the owner is kept as
+    /// `rename_over` keeps it; a new name takes it too.
+    #[test]
+    fn a_mode_asked_for_is_given_over_the_replaced_files() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let d = scratch("with-mode");
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+        let path = d.join("init.sh");
+        fs::write(&path, "old").unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).unwrap();
+        for target in [&path, &d.join("fresh.sh")] {
+            fs::write(d.join(".tmp"), "new").unwrap();
+            rename_over_with_mode(&d.join(".tmp"), target, 0o4755).unwrap();
+            assert_eq!(mode(target), 0o755, "{}", target.display());
+            assert_eq!(fs::read(target).unwrap(), b"new");
+        }
+    }
+
+    /// A `fill` that panics (a payload's reader, a serialiser: the caller's
+    /// code) left the temporary file beside the output, half written, for
+    /// good: the clean-up ran on an error only. It is removed as the panic
+    /// unwinds, and the old file is kept.
+    #[test]
+    fn a_fill_that_panics_leaves_no_temporary() {
+        let d = scratch("panic");
+        let (path, tmp) = (d.join("a"), d.join(".a.tmp"));
+        fs::write(&path, "old").unwrap();
+        let r = std::panic::catch_unwind(|| {
+            let _ = replace_with(&path, &tmp, |f| -> Result<(), StepError> {
+                f.write_all(b"half").unwrap();
+                panic!("the caller's fill failed");
+            });
+        });
+        assert!(r.is_err());
+        assert!(!tmp.exists(), "the temporary file was left");
+        assert_eq!(fs::read_to_string(&path).unwrap(), "old");
     }
 
     #[test]
@@ -382,9 +543,7 @@ mod tests {
             let e = check_replaceable(Path::new(p)).unwrap_err().to_string();
             assert!(e.starts_with(&format!("cannot replace {p}: it is")), "{e}");
         }
-        let dir = std::env::temp_dir().join(format!("hpc-io-linked-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
+        let dir = scratch("linked");
         let link = dir.join("out.json");
         std::os::unix::fs::symlink("/dev/null", &link).unwrap();
         let e = check_replaceable(&link).unwrap_err().to_string();
@@ -399,13 +558,11 @@ mod tests {
         write(&link, &dir.join(".out.tmp"), b"new").unwrap();
         assert_eq!(fs::read(dir.join("victim")).unwrap(), b"keep");
         assert_eq!(fs::read(&link).unwrap(), b"new");
-        fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn a_device_a_fifo_or_a_directory_is_never_replaced() {
         let dir = scratch("rename-over");
-        let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(dir.join("sub")).unwrap();
         let fifo = dir.join("fifo");
         crate::test_util::mkfifo(&fifo);
@@ -431,7 +588,6 @@ mod tests {
         write(&dir.join("f"), &dir.join(".f.tmp"), b"1").unwrap();
         write(&dir.join("f"), &dir.join(".f.tmp"), b"2").unwrap();
         assert_eq!(fs::read(dir.join("f")).unwrap(), b"2");
-        fs::remove_dir_all(&dir).unwrap();
     }
 
     /// The final name is checked before the temporary file is made: nothing is
@@ -451,7 +607,6 @@ mod tests {
         assert_eq!(err.op, "replace", "{err}");
         assert!(!filled, "the contents were written for a refused name");
         assert!(!tmp.exists());
-        fs::remove_dir_all(&dir).unwrap();
     }
 
     /// A symbolic link or a FIFO planted at the temporary name is neither written
@@ -471,7 +626,6 @@ mod tests {
         write(&path, &tmp, b"newer").unwrap();
         assert_eq!(fs::read_to_string(&path).unwrap(), "newer");
         assert!(!tmp.exists());
-        fs::remove_dir_all(&d).unwrap();
     }
 
     /// `out/` (or `out/.`) names a directory, even one that does not exist yet:
@@ -491,10 +645,9 @@ mod tests {
         assert!(!d.join("new").exists());
         check_replaceable(&d.join("a..b")).unwrap();
         check_replaceable(&d.join("new")).unwrap();
-        fs::remove_dir_all(&d).unwrap();
     }
 
-    fn scratch(tag: &str) -> PathBuf {
+    fn scratch(tag: &str) -> crate::test_util::TmpDir {
         crate::test_util::scratch("atomic", tag)
     }
 
@@ -506,7 +659,6 @@ mod tests {
         write(&path, &tmp, b"new").unwrap();
         assert_eq!(fs::read_to_string(&path).unwrap(), "new");
         assert!(!tmp.exists());
-        let _ = fs::remove_dir_all(&d);
     }
 
     #[test]
@@ -531,7 +683,6 @@ mod tests {
         assert!(matches!(r, Err(E::Mine)), "{r:?}");
         assert_eq!(fs::read_to_string(&path).unwrap(), "old");
         assert!(!tmp.exists(), "the temporary file was left");
-        let _ = fs::remove_dir_all(&d);
     }
 
     #[test]
@@ -549,6 +700,5 @@ mod tests {
         let e = write(&d.join("taken"), &tmp, b"x").unwrap_err();
         assert_eq!(e.op, "replace", "{e}");
         assert!(!tmp.exists());
-        let _ = fs::remove_dir_all(&d);
     }
 }

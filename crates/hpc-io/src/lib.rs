@@ -23,6 +23,7 @@ mod lockfile;
 pub mod message;
 pub mod read;
 pub mod rundir;
+pub mod serde_path;
 pub mod system;
 pub mod tool;
 pub mod write;
@@ -30,15 +31,16 @@ pub mod write;
 /// What the modules' tests share: a fresh directory and a FIFO.
 #[cfg(test)]
 pub(crate) mod test_util {
-    use std::path::{Path, PathBuf};
+    use std::path::Path;
 
-    /// A fresh, empty directory `hpc-io-<module>-<tag>-<pid>` under the
-    /// temporary directory.
-    pub(crate) fn scratch(module: &str, tag: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("hpc-io-{module}-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        d
+    pub(crate) use hpc_test_support::TmpDir;
+
+    /// A fresh, empty directory of the tests (`hpc-io-<pid>-<n>-<module>-<tag>`
+    /// under the temporary directory), removed with what it holds when dropped:
+    /// when the test fails too, and unique to the call (the same tag in two
+    /// tests, or two runs of the tests at once, do not share it).
+    pub(crate) fn scratch(module: &str, tag: &str) -> TmpDir {
+        TmpDir::new("hpc-io", &format!("{module}-{tag}"))
     }
 
     /// Makes a FIFO (mode 0600) at `path`.

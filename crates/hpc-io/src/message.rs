@@ -224,11 +224,17 @@ pub const PATH_SHOWN_BYTES: usize = 4096;
 /// nothing, "cannot open : No such file" named no file). A path holding a
 /// control character (a line break, a terminal's escape: a file may be named
 /// so) is quoted and escaped, as `hpc_env::short` shows a value, so that it
-/// cannot break the message's line or move the terminal's cursor.
+/// cannot break the message's line or move the terminal's cursor. A path that
+/// is not UTF-8 is quoted with its other bytes escaped (`"n\xFF.xml"`): each
+/// was shown as U+FFFD, a name no one can type back, and two files differing
+/// there were named alike.
 ///
 /// ```
 /// use std::path::Path;
+/// use std::os::unix::ffi::OsStrExt as _;
 /// assert_eq!(hpc_io::message::path(Path::new("/tmp/x")), "/tmp/x");
+/// let odd = Path::new(std::ffi::OsStr::from_bytes(b"n\xff.xml"));
+/// assert_eq!(hpc_io::message::path(odd), r#""n\xFF.xml""#);
 /// assert_eq!(hpc_io::message::path(Path::new("")), "\"\"");
 /// let long = format!("/{}", "x".repeat(100_000));
 /// let t = hpc_io::message::path(Path::new(&long));
@@ -238,7 +244,12 @@ pub const PATH_SHOWN_BYTES: usize = 4096;
 /// assert_eq!(hpc_io::message::path(Path::new("d\u{1b}[31m/a\nb")), r#""d\u{1b}[31m/a\nb""#);
 /// ```
 pub fn path(path: &std::path::Path) -> String {
-    let text = said(&path.display().to_string()).into_owned();
+    let text = match path.to_str() {
+        Some(t) => said(t).into_owned(),
+        // Debug quotes it and escapes its control characters and the bytes
+        // that are not UTF-8.
+        None => format!("{path:?}"),
+    };
     if text.is_empty() {
         "\"\"".into()
     } else if text.len() <= PATH_SHOWN_BYTES {
@@ -369,6 +380,29 @@ fn cut_lines(text: &str, limit: usize, keep: impl Fn(usize) -> usize) -> std::bo
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A path that is not UTF-8 (`hpc topo --input` of `n\xff.xml`) was shown
+    /// as "n\u{fffd}.xml": a name no one can type back, and the same for
+    /// `n\xfe.xml`. Its bytes are shown escaped, in quotes; control characters
+    /// and right-to-left overrides in it are escaped as well.
+    #[test]
+    fn a_path_not_in_utf8_is_shown_with_its_bytes() {
+        use std::os::unix::ffi::OsStrExt as _;
+        let shown = |b: &[u8]| path(std::path::Path::new(std::ffi::OsStr::from_bytes(b)));
+        assert_eq!(shown(b"/d/n\xff.xml"), r#""/d/n\xFF.xml""#);
+        assert_ne!(shown(b"n\xff"), shown(b"n\xfe"));
+        let odd = shown(
+            "a\n\u{1b}[2J\u{202e}\u{fffd}"
+                .as_bytes()
+                .iter()
+                .chain(b"\xff")
+                .copied()
+                .collect::<Vec<u8>>()
+                .as_slice(),
+        );
+        assert!(!odd.contains(['\n', '\u{1b}', '\u{202e}']), "{odd}");
+        assert!(odd.starts_with('"') && odd.contains("\\xFF"), "{odd}");
+    }
 
     #[test]
     fn numbers_are_plain_unless_huge_or_tiny() {

@@ -121,8 +121,14 @@ impl ReadError {
     }
 }
 
-/// What the file `m` describes is, in words, for messages ([`kind_of`]).
-pub(crate) fn kind_of_meta(m: &std::fs::Metadata) -> &'static str {
+/// What the file `m` describes is, in words, for messages: "a regular file",
+/// "a directory", "a FIFO", "a character device", …
+///
+/// ```
+/// let m = std::fs::metadata("/dev/null").unwrap();
+/// assert_eq!(hpc_io::read::kind_of_meta(&m), "a character device");
+/// ```
+pub fn kind_of_meta(m: &std::fs::Metadata) -> &'static str {
     kind_of(FileType::from_raw_mode(
         std::os::unix::fs::MetadataExt::mode(m),
     ))
@@ -312,7 +318,7 @@ mod tests {
         assert_eq!(line.matches(&os).count(), 1, "{line}");
     }
 
-    fn tempdir(name: &str) -> PathBuf {
+    fn tempdir(name: &str) -> crate::test_util::TmpDir {
         crate::test_util::scratch("read", name)
     }
 
@@ -337,7 +343,6 @@ mod tests {
             msg.contains(&p.display().to_string()) && msg.contains("FIFO"),
             "{msg}"
         );
-        std::fs::remove_dir_all(&d).unwrap();
     }
 
     /// A socket, which no `open` opens, was "cannot open …: No such device or
@@ -358,7 +363,6 @@ mod tests {
             ),
             "{err}"
         );
-        std::fs::remove_dir_all(&d).unwrap();
     }
 
     #[test]
@@ -391,8 +395,7 @@ mod tests {
             ),
             "{err}"
         );
-        assert_eq!(err.path(), d.as_path());
-        std::fs::remove_dir_all(&d).unwrap();
+        assert_eq!(err.path(), &*d);
     }
 
     #[test]
@@ -415,7 +418,6 @@ mod tests {
         // Exactly at the bound is accepted.
         std::fs::write(&p, vec![b'k'; 4096]).unwrap();
         assert_eq!(read_regular(&p, MAX_KEY_BYTES).unwrap().len(), 4096);
-        std::fs::remove_dir_all(&d).unwrap();
     }
 
     /// A file that grows after its size was taken is still read only to the bound.
@@ -439,7 +441,6 @@ mod tests {
             ),
             "{err}"
         );
-        std::fs::remove_dir_all(&d).unwrap();
     }
 
     #[test]
@@ -462,7 +463,6 @@ mod tests {
             read_regular(&lf, MAX_CONFIG_BYTES),
             Err(ReadError::NotRegular { kind: "a FIFO", .. })
         ));
-        std::fs::remove_dir_all(&d).unwrap();
     }
 
     #[test]
@@ -485,7 +485,6 @@ mod tests {
         let err = read_regular_to_string(&p, MAX_CONFIG_BYTES).unwrap_err();
         assert!(matches!(err, ReadError::NotUtf8 { offset: 2, .. }), "{err}");
         assert_eq!(read_regular(&p, MAX_CONFIG_BYTES).unwrap(), b"ab\xffcd");
-        std::fs::remove_dir_all(&d).unwrap();
     }
 
     #[test]

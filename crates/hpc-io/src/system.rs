@@ -152,7 +152,8 @@ mod tests {
         ] {
             assert!(system_folder(Path::new(d)).is_some(), "{d}");
         }
-        let dir = std::env::temp_dir().join(format!("hpc-io-system-{}", std::process::id()));
+        let guard = crate::test_util::TmpDir::unmade("hpc-io", "system");
+        let dir = guard.to_path_buf();
         for d in [
             dir.clone(),
             dir.join("not/made/yet"),

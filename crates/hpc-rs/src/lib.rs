@@ -113,7 +113,9 @@ pub struct Context {
 /// [`init_with`], and `HPC_THREADS` beyond it is taken as this many.
 pub const MAX_THREADS: usize = 65_536;
 
-/// What [`init_with`] plans for.
+/// What [`init_with`] plans for. A build without the `topology` feature plans
+/// and binds nothing: a warning names what these options (or `HPC_BIND=1`,
+/// `HPC_THREADS`) asked for.
 #[derive(Debug, Clone, Default)]
 pub struct Options {
     /// Compute threads per rank, 1 to [`MAX_THREADS`] (`Some(0)` or more is
@@ -238,8 +240,23 @@ pub fn init_with(options: Options) -> Result<Context, Error> {
     hpc_trace::set_size(world.size());
     #[cfg(feature = "topology")]
     let (topology, placement, bound) = plan(&world, &options);
+    // Asked for and not done, said: without the feature, `Options::threads`,
+    // `bind`, `progress` and `HPC_BIND=1`, `HPC_THREADS` were taken without
+    // a word, the rank neither placed nor bound.
     #[cfg(not(feature = "topology"))]
-    let _ = options;
+    if let Some(why) = unplaced(
+        &options,
+        runtime::env::var(runtime::env::BIND)
+            .ok()
+            .flatten()
+            .as_deref(),
+        runtime::env::var(runtime::env::THREADS)
+            .ok()
+            .flatten()
+            .as_deref(),
+    ) {
+        tracing::warn!("{why}");
+    }
     Ok(Context {
         #[cfg(feature = "container")]
         environment: hpc_container::Environment::detect(),
@@ -250,6 +267,43 @@ pub fn init_with(options: Options) -> Result<Context, Error> {
         placement,
         #[cfg(feature = "topology")]
         bound,
+    })
+}
+
+/// What a build of hpc-rs without its `topology` feature was asked to plan or
+/// bind (`options`, and the values of `HPC_BIND` and `HPC_THREADS`): a
+/// sentence saying that none of it is done, or `None` where nothing was asked
+/// (`HPC_BIND=0` asks for nothing).
+#[cfg(any(test, not(feature = "topology")))]
+fn unplaced(options: &Options, bind: Option<&str>, threads: Option<&str>) -> Option<String> {
+    let mut asked = Vec::new();
+    if let Some(t) = options.threads {
+        asked.push(format!("Options::threads = Some({t})"));
+    }
+    if options.progress > 0 {
+        asked.push(format!("Options::progress = {}", options.progress));
+    }
+    match (options.bind, bind.map(str::trim)) {
+        (Some(true), _) => asked.push("Options::bind = Some(true)".into()),
+        (None, Some(v)) if v != "0" => {
+            asked.push(format!("{}={}", runtime::env::BIND, runtime::env::shown(v)))
+        }
+        _ => {}
+    }
+    if let Some(v) = threads.filter(|_| options.threads.is_none()) {
+        asked.push(format!(
+            "{}={}",
+            runtime::env::THREADS,
+            runtime::env::shown(v)
+        ));
+    }
+    (!asked.is_empty()).then(|| {
+        format!(
+            "{} asked for this rank's placement, but hpc-rs was built without its \
+             `topology` feature: the rank is neither placed nor bound (enable the \
+             feature `topology` of hpc-rs)",
+            asked.join(", ")
+        )
     })
 }
 
@@ -644,6 +698,46 @@ fn plan(
         _ => false,
     };
     (Some(topo), placement, bound)
+}
+
+#[cfg(test)]
+mod unplaced_tests {
+    use super::{unplaced, Options};
+
+    /// Built without `topology`, `init_with` took `Options::threads`,
+    /// `bind`, `progress`, `HPC_BIND=1` and `HPC_THREADS` without a word, the
+    /// rank neither placed nor bound. What was asked is named; nothing asked,
+    /// nothing said.
+    #[test]
+    fn a_placement_asked_of_a_build_without_topology_is_named() {
+        let none = Options::default();
+        assert_eq!(unplaced(&none, None, None), None);
+        assert_eq!(unplaced(&none, Some("0"), None), None);
+        let off = Options {
+            bind: Some(false),
+            ..Default::default()
+        };
+        assert_eq!(unplaced(&off, Some("1"), None), None);
+        let asked = Options {
+            threads: Some(8),
+            progress: 1,
+            bind: Some(true),
+            ..Default::default()
+        };
+        let why = unplaced(&asked, Some("0"), Some("4")).unwrap();
+        assert!(
+            why.starts_with(
+                "Options::threads = Some(8), Options::progress = 1, Options::bind = Some(true) \
+                 asked for this rank's placement"
+            ) && why.contains("without its `topology` feature"),
+            "{why}"
+        );
+        let why = unplaced(&none, Some("1"), Some("4")).unwrap();
+        assert!(
+            why.starts_with("HPC_BIND=\"1\", HPC_THREADS=\"4\" asked"),
+            "{why}"
+        );
+    }
 }
 
 #[cfg(test)]

@@ -5,14 +5,25 @@
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt as _;
 
+/// The process's variables, which every test here clears and sets: held for
+/// the whole test. Run as threads of one process (`cargo test`), a test's
+/// variables were cleared by another while it ran (the proxy's test failed 1
+/// time in 4: its board variable gone, `init_with` said `Ok`).
+fn own_env() -> std::sync::MutexGuard<'static, ()> {
+    static ENV: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let guard = ENV.lock().unwrap_or_else(|p| p.into_inner());
+    for v in hpc_env::ALL {
+        std::env::remove_var(v.name);
+    }
+    guard
+}
+
 /// Each refused setting, one after the other in one process (the variables are
 /// the process's): `Error::InvalidArgument` naming the variable, not
 /// `Error::Bootstrap`'s "bootstrap failed".
 #[test]
 fn settings_refused_before_the_job_is_joined_are_not_called_a_bootstrap() {
-    for v in hpc_env::ALL {
-        std::env::remove_var(v.name);
-    }
+    let _env = own_env();
     let mut cases: Vec<(&str, &OsStr, &str)> = vec![
         // A folder under a character device: it cannot be made.
         (hpc_env::TRACE, OsStr::new("/dev/null/trace"), "HPC_TRACE="),
@@ -44,9 +55,7 @@ fn settings_refused_before_the_job_is_joined_are_not_called_a_bootstrap() {
 /// option; `Some(1)` still plans.
 #[test]
 fn zero_threads_asked_by_the_application_is_an_error() {
-    for v in hpc_env::ALL {
-        std::env::remove_var(v.name);
-    }
+    let _env = own_env();
     let options = |threads| hpc_rs::Options {
         threads,
         bind: Some(false),
@@ -72,9 +81,7 @@ fn zero_threads_asked_by_the_application_is_an_error() {
 #[cfg(feature = "collectives")]
 #[test]
 fn a_proxy_that_cannot_serve_is_not_called_a_bootstrap() {
-    for v in hpc_env::ALL {
-        std::env::remove_var(v.name);
-    }
+    let _env = own_env();
     // A board under a character device: it cannot be made or opened.
     std::env::set_var(hpc_env::COLL_PROXY_BOARD, "/dev/null/board");
     std::env::set_var(hpc_env::COLL_PROXY_SLOTS, "2");
@@ -102,9 +109,7 @@ fn a_proxy_that_cannot_serve_is_not_called_a_bootstrap() {
 /// give is warned about by design).
 #[test]
 fn counts_no_machine_has_are_an_error() {
-    for v in hpc_env::ALL {
-        std::env::remove_var(v.name);
-    }
+    let _env = own_env();
     let options = |threads, progress| hpc_rs::Options {
         threads,
         progress,

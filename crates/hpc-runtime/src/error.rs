@@ -60,13 +60,14 @@ pub enum Error {
     /// its value.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
-    /// [`World::init`](crate::World::init) (or `hpc_rs::init`) was called
-    /// again in a process that already joined a launcher's or MPI's job: the
+    /// [`World::init`](crate::World::init) (or `hpc_rs::init`, or
+    /// [`World::init_with`](crate::World::init_with) for the same rank) was
+    /// called again in a process that already joined a launcher's or MPI's job: the
     /// launcher has one place per rank, so the second join is refused at once
     /// (it waited the timeout and blamed the launcher).
     #[error(
         "this process already joined the job as rank {rank} of {size}: join once \
-         (World::init, hpc_rs::init) and share the World or Context it gave \
+         (World::init, World::init_with, hpc_rs::init) and share the World or Context it gave \
          (a launcher has one place per rank)"
     )]
     AlreadyJoined {

@@ -198,12 +198,52 @@ pub fn hostname() -> String {
     }
 }
 
-/// The job this process joined through a launcher or MPI by an earlier
-/// [`World::init`], as `(rank, size)`. A second join of a rank waited
-/// `HPC_TIMEOUT` for a launcher that has no second place for it, then said
-/// "the launcher … is unreachable: no answer to init within 7.5s (launcher
-/// hung or network partitioned)" of a launcher that was fine.
-static JOINED: Mutex<Option<(usize, usize)>> = Mutex::new(None);
+/// A place in a job this process took (or is taking): a rank of a
+/// launcher's job (its rendezvous and secret), or MPI's, which a process
+/// initialises once.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Place {
+    Launcher {
+        rendezvous: String,
+        secret: u64,
+        rank: usize,
+    },
+    Mpi,
+}
+
+/// The places this process joined (or is joining) by [`World::init`] or
+/// [`World::init_with`], each with its `(rank, size)`; kept after the world
+/// is dropped (its rank said goodbye: the launcher has no place for it
+/// again). A second join of a rank waited `HPC_TIMEOUT` for a launcher that
+/// has no second place for it, then said "the launcher … is unreachable: no
+/// answer to init within 7.5s (launcher hung or network partitioned)" of a
+/// launcher that was fine; through `init_with` it was told "another process
+/// of this job joined as rank R first", of this process itself. A map: a
+/// process that makes many communicators joins a link's job for each.
+static JOINED: std::sync::LazyLock<Mutex<HashMap<Place, (usize, usize)>>> =
+    std::sync::LazyLock::new(|| Mutex::new(HashMap::new()));
+
+fn joined() -> std::sync::MutexGuard<'static, HashMap<Place, (usize, usize)>> {
+    JOINED.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// [`Error::AlreadyJoined`] where this process joined `place` before (or
+/// another of its threads is joining it now); else `place` is taken, to be
+/// given back by [`leave_place`] if the join fails.
+fn take_place(place: Place, rank: usize, size: usize) -> Result<()> {
+    let mut joined = joined();
+    if let Some(&(rank, size)) = joined.get(&place) {
+        return Err(Error::AlreadyJoined { rank, size });
+    }
+    joined.insert(place, (rank, size));
+    Ok(())
+}
+
+/// Gives back a place whose join failed: a later call may try again (and is
+/// answered by the launcher or MPI).
+fn leave_place(place: &Place) {
+    joined().remove(place);
+}
 
 impl World {
     /// Joins the job this process belongs to, detecting how it was started:
@@ -211,22 +251,19 @@ impl World {
     ///
     /// Once per process where it joins a launcher's or MPI's job: a second
     /// call there is [`Error::AlreadyJoined`] at once (a process alone may
-    /// call it again). [`World::init_with`], given its settings, is not
-    /// limited so.
+    /// call it again). [`World::init_with`] is under the same rule.
     pub fn init() -> Result<World> {
-        let mut joined = JOINED.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((rank, size)) = *joined {
-            return Err(Error::AlreadyJoined { rank, size });
-        }
-        let world = World::init_with(Config::from_env()?)?;
-        if !matches!(world.bootstrap, Bootstrap::Singleton | Bootstrap::Relayed) {
-            *joined = Some((world.rank, world.size));
-        }
-        Ok(world)
+        World::init_with(Config::from_env()?)
     }
 
     /// Like [`World::init`] with explicit settings. A [`Config::timeout`] of 0
     /// or beyond [`env::MAX_TIMEOUT`] is [`Error::InvalidArgument`].
+    ///
+    /// A rank of a launcher's job (its rendezvous and secret) is joined once
+    /// per process, and MPI's job once: a second call for the same rank, by
+    /// this function or [`World::init`], while its world lives or after it was
+    /// dropped, is [`Error::AlreadyJoined`] at once. Other ranks of the same job
+    /// may be joined by other threads of the process (tests run ranks so).
     pub fn init_with(config: Config) -> Result<World> {
         env::check_timeout("hpc_runtime::Config::timeout", config.timeout)
             .map_err(Error::InvalidArgument)?;
@@ -244,14 +281,26 @@ impl World {
                 rendezvous,
                 secret,
             } => {
-                let (link, names) = LauncherLink::connect(
+                let place = Place::Launcher {
+                    rendezvous: rendezvous.clone(),
+                    secret,
+                    rank,
+                };
+                take_place(place.clone(), rank, size)?;
+                let (link, names) = match LauncherLink::connect(
                     rank,
                     size,
                     &rendezvous,
                     secret,
                     &config.node_name,
                     config.timeout,
-                )?;
+                ) {
+                    Ok(joined) => joined,
+                    Err(e) => {
+                        leave_place(&place);
+                        return Err(e);
+                    }
+                };
                 World {
                     rank,
                     size,
@@ -264,7 +313,16 @@ impl World {
             Detected::Mpi {
                 launcher,
                 size_hint,
-            } => World::mpi(&config, launcher, size_hint)?,
+            } => {
+                if let Some(&(rank, size)) = joined().get(&Place::Mpi) {
+                    return Err(Error::AlreadyJoined { rank, size });
+                }
+                let world = World::mpi(&config, launcher, size_hint)?;
+                if matches!(world.bootstrap, Bootstrap::Mpi { .. }) {
+                    joined().insert(Place::Mpi, (world.rank, world.size));
+                }
+                world
+            }
         };
         tracing::info!(
             bootstrap = %world.bootstrap,
@@ -283,13 +341,19 @@ impl World {
     /// `rank` being this process: for processes that are not ranks of a job but
     /// must connect to each other (a transport among the collectives proxies of
     /// several nodes, bootstrapped through their ranks). Members with equal node
-    /// names share a node.
+    /// names share a node. A `timeout` of 0 or beyond [`env::MAX_TIMEOUT`] is
+    /// [`Error::InvalidArgument`], as [`World::init_with`]'s is: the world's
+    /// timeout bounds every wait of what is built on it (`Duration::MAX` was
+    /// taken, and the first deadline made from it, `Instant::now() +
+    /// timeout`, panicked with an overflow in the transport).
     pub fn relayed(
         rank: usize,
         node_names: &[String],
         timeout: Duration,
         relay: Box<dyn Relay>,
     ) -> Result<World> {
+        env::check_timeout("hpc_runtime::World::relayed's timeout", timeout)
+            .map_err(Error::InvalidArgument)?;
         if rank >= node_names.len() {
             return Err(Error::InvalidArgument(format!(
                 "member {rank} of a relayed world of {}",
@@ -587,5 +651,35 @@ mod tests {
             barrier,
         };
         assert!(World::relayed(3, &names, Duration::from_secs(1), Box::new(relay)).is_err());
+    }
+
+    /// A relayed world given a timeout no wait can be bounded by: taken, and
+    /// the first deadline made from it (`Instant::now() + timeout`, as the
+    /// tcp transport's set-up makes) panicked with an overflow. Refused
+    /// naming it, as `init_with`'s `Config::timeout` is; a week is still taken.
+    #[test]
+    fn a_relayed_world_refuses_a_timeout_no_wait_is_bounded_by() {
+        struct Alone;
+        impl Relay for Alone {
+            fn allgather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
+                Ok(vec![mine.to_vec()])
+            }
+        }
+        let names = ["a".to_string()];
+        for t in [
+            Duration::ZERO,
+            Duration::MAX,
+            env::MAX_TIMEOUT + Duration::from_nanos(1),
+        ] {
+            match World::relayed(0, &names, t, Box::new(Alone)) {
+                Err(Error::InvalidArgument(e)) => assert!(
+                    e.contains("World::relayed's timeout") && e.contains("at most a week"),
+                    "{e}"
+                ),
+                other => panic!("{t:?} taken: {other:?}"),
+            }
+        }
+        let w = World::relayed(0, &names, env::MAX_TIMEOUT, Box::new(Alone)).unwrap();
+        assert!(std::time::Instant::now().checked_add(w.timeout()).is_some());
     }
 }

@@ -327,18 +327,31 @@ fn a_rank_that_joins_twice_is_told_at_once_and_the_first_goes_on() {
         })
     };
     std::thread::sleep(Duration::from_millis(300));
+    // The second rank 1 is another process: this one's second join is
+    // refused by the process itself (`Error::AlreadyJoined`, `init_twice.rs`).
     let t0 = Instant::now();
-    let second = World::init_with(Config::from_map(env(1)).unwrap());
+    let o = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "second_rank_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env_clear()
+        .envs(env(1))
+        .env(CHILD, "1")
+        .output()
+        .unwrap();
     let took = t0.elapsed();
-    let Err(e) = second else {
-        panic!("a second rank 1 is refused")
-    };
+    let out = String::from_utf8_lossy(&o.stdout);
+    let e = out
+        .lines()
+        .find_map(|l| l.split_once("CHILD-REFUSED ").map(|(_, e)| e))
+        .unwrap_or_else(|| panic!("a second rank 1 is refused: {out}"));
     // Its own message: it is no collective's mismatch (it read "collective
     // mismatch: another process …").
-    assert!(matches!(e, hpc_runtime::Error::Bootstrap(_)), "{e:?}");
-    let e = e.to_string();
     assert!(
-        e.starts_with("bootstrap failed: the launcher refused this rank: another process of this job joined as rank 1 first"),
+        e.starts_with("Bootstrap: bootstrap failed: the launcher refused this rank: another process of this job joined as rank 1 first"),
         "{e}"
     );
     assert!(took < Duration::from_secs(3), "told after {took:?}");
@@ -381,5 +394,29 @@ fn ranks_that_join_too_late_are_told_who_was_missing() {
             err.contains("timed out after 200ms: still waiting for rank(s) 0, 1"),
             "rank {rank}: {err}"
         );
+    }
+}
+
+/// Set for [`second_rank_child`] by the test that starts it.
+const CHILD: &str = "COORDINATOR_HOSTILE_CHILD";
+
+/// The second process of
+/// [`a_rank_that_joins_twice_is_told_at_once_and_the_first_goes_on`]: joins
+/// with the environment it was given and prints how it was refused (nothing
+/// when run as a test of its own).
+#[test]
+fn second_rank_child() {
+    if std::env::var_os(CHILD).is_none() {
+        return;
+    }
+    match World::init() {
+        Ok(_) => println!("CHILD-JOINED"),
+        Err(e) => {
+            let kind = match e {
+                hpc_runtime::Error::Bootstrap(_) => "Bootstrap",
+                _ => "other",
+            };
+            println!("CHILD-REFUSED {kind}: {e}");
+        }
     }
 }

@@ -355,3 +355,41 @@ pub fn read_flag_file(flag: &str, path: &Path, max_bytes: u64) -> Result<String>
     use anyhow::Context as _;
     hpc_io::read::read_regular_to_string(path, max_bytes).with_context(|| flag_file(flag, path))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser as _;
+    use std::os::unix::ffi::OsStrExt as _;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    /// Ranks given `--restart` (or `--checkpoint-dir`) directories whose names
+    /// differ in bytes that are not UTF-8 were compared as the same (each
+    /// byte replaced by U+FFFD): the check that every rank is given the same
+    /// options let them through. They differ; a UTF-8 path is compared as it is.
+    #[test]
+    fn paths_that_differ_in_bytes_not_utf8_are_not_the_same() {
+        let shared = |dir: &[u8]| {
+            let dir = std::ffi::OsStr::from_bytes(dir);
+            let cli = Cli::parse_from([
+                std::ffi::OsStr::new("net"),
+                std::ffi::OsStr::new("--restart"),
+                dir,
+                std::ffi::OsStr::new("--checkpoint-every"),
+                std::ffi::OsStr::new("1"),
+                std::ffi::OsStr::new("--checkpoint-dir"),
+                dir,
+            ]);
+            cli.run.shared()
+        };
+        let (a, b) = (shared(b"ck\xff"), shared(b"ck\xfe"));
+        assert_ne!(a["restart"], b["restart"]);
+        assert_ne!(a["checkpoint_dir"], b["checkpoint_dir"]);
+        assert_eq!(shared(b"ck")["restart"], "ck");
+    }
+}

@@ -311,8 +311,16 @@ pub fn choose(
     } else {
         Err(String::new())
     };
-    let chosen: std::result::Result<PathBuf, String> =
+    // A path that is not UTF-8 (a name Linux allows) failed rank 0's
+    // serialisation, "path contains invalid UTF-8 characters", naming neither
+    // the flag nor the path, before the broadcast the other ranks waited in:
+    // it travels as its bytes ([`hpc_io::serde_path`]).
+    #[derive(serde::Serialize, serde::Deserialize)]
+    struct Chosen(#[serde(with = "hpc_io::serde_path")] PathBuf);
+    let mine = mine.map(Chosen);
+    let chosen: std::result::Result<Chosen, String> =
         serde_json::from_slice(&world.broadcast(0, &serde_json::to_vec(&mine)?)?)?;
+    let chosen = chosen.map(|c| c.0);
     chosen.map_err(|e| {
         if world.rank() == 0 {
             anyhow::anyhow!(e)
@@ -766,6 +774,26 @@ pub fn spikes_of(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `--restart` of a directory whose name is not UTF-8 (Linux allows it):
+    /// rank 0's choice failed to serialise, "path contains invalid UNICODE
+    /// characters", naming neither the flag nor the path, and the other ranks
+    /// waited for its broadcast. The path travels as its bytes.
+    #[test]
+    fn a_restart_directory_not_in_utf8_is_chosen_as_it_is() {
+        use std::os::unix::ffi::OsStrExt as _;
+        let world = hpc_rs::World::init_with(
+            hpc_rs::runtime::Config::from_map(std::collections::HashMap::new()).unwrap(),
+        )
+        .unwrap();
+        let base = hpc_test_support::TmpDir::new("hpc-spiking", "odd-restart");
+        let dir = base.join(std::ffi::OsStr::from_bytes(b"ck\xff"));
+        std::fs::create_dir(&dir).unwrap();
+        let step = dir.join("step-0000000001");
+        let chosen = choose(&world, &dir, |d| Ok(d.join("step-0000000001")))
+            .unwrap_or_else(|e| panic!("{e:#}"));
+        assert_eq!(chosen, step);
+    }
 
     /// A checkpoint directory whose lock a running writer holds is found, for
     /// itself and for its steps (a restart from it failed at random, as

@@ -7,6 +7,12 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 
+/// Serde for an `Option<PathBuf>` that may not be UTF-8 (a legal Linux file name):
+/// a UTF-8 path is written as a string, any other as its bytes, and both are read
+/// back exactly (`#[serde(with = "hpc_spiking::run::opt_path")]`); the rule of
+/// [`hpc_io::serde_path`], which the topology's source follows too.
+pub use hpc_io::serde_path::opt as opt_path;
+
 /// How a simulation runs: the overlap of the exchange, the spike file, the
 /// checkpoints and an early stop (shared by every network of the workspace).
 #[derive(Clone, Debug, Default)]
@@ -1071,63 +1077,5 @@ mod tests {
                 "populations (not given) -> {40 fields}"
             ]
         );
-    }
-}
-
-/// Serde for an `Option<PathBuf>` that may not be UTF-8 (a legal Linux file name):
-/// a UTF-8 path is written as a string, any other as its bytes, and both are read
-/// back exactly (`#[serde(with = "hpc_spiking::run::opt_path")]`).
-pub mod opt_path {
-    use std::os::unix::ffi::{OsStrExt, OsStringExt};
-    use std::path::PathBuf;
-
-    use serde::{Deserialize, Deserializer, Serialize, Serializer};
-
-    #[derive(Serialize, Deserialize)]
-    #[serde(untagged)]
-    enum Repr {
-        Text(String),
-        Bytes(Vec<u8>),
-    }
-
-    /// Writes the path as a string, or as bytes when it is not UTF-8.
-    pub fn serialize<S: Serializer>(p: &Option<PathBuf>, s: S) -> Result<S::Ok, S::Error> {
-        p.as_ref()
-            .map(|p| match p.to_str() {
-                Some(t) => Repr::Text(t.into()),
-                None => Repr::Bytes(p.as_os_str().as_bytes().to_vec()),
-            })
-            .serialize(s)
-    }
-
-    /// Reads what [`serialize`] wrote.
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<PathBuf>, D::Error> {
-        Ok(Option::<Repr>::deserialize(d)?.map(|r| match r {
-            Repr::Text(t) => PathBuf::from(t),
-            Repr::Bytes(b) => PathBuf::from(std::ffi::OsString::from_vec(b)),
-        }))
-    }
-
-    #[cfg(test)]
-    mod tests {
-        use super::*;
-
-        #[derive(Serialize, Deserialize, PartialEq, Debug)]
-        struct R(#[serde(with = "super")] Option<PathBuf>);
-
-        #[test]
-        fn a_non_utf8_path_goes_through_json_exactly() {
-            for p in [
-                None,
-                Some(PathBuf::from("out/spikes.spk")),
-                Some(PathBuf::from(std::ffi::OsStr::from_bytes(
-                    b"o\xff/spikes.spk",
-                ))),
-            ] {
-                let r = R(p);
-                let text = serde_json::to_string(&r).unwrap();
-                assert_eq!(serde_json::from_str::<R>(&text).unwrap(), r, "{text}");
-            }
-        }
     }
 }

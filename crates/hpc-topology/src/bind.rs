@@ -76,12 +76,26 @@ pub fn bind_current_thread(cpuset: &CpuSet) -> Result<()> {
     Ok(())
 }
 
-fn hwloc_cpuset(set: &CpuSet) -> hwlocality::cpu::cpuset::CpuSet {
+/// `set` as hwloc's bitmap, refusing a PU beyond [`crate::MAX_CPU_ID`] (as
+/// [`CpuSet::parse_list`] does): hwlocality panicked on one beyond `c_int::MAX`
+/// ("Bitmap index is out of the accepted 0..=c_int::MAX range"), and one far
+/// past any machine was a bitmap of that many bits, made before the system
+/// refused it.
+fn hwloc_cpuset(set: &CpuSet) -> Result<hwlocality::cpu::cpuset::CpuSet> {
+    if let Some(pu) = set.last().filter(|&pu| pu > crate::MAX_CPU_ID) {
+        return Err(TopologyError::Bind {
+            cpuset: set.to_string(),
+            reason: format!(
+                "PU {pu} is beyond PU {}, the highest a machine is taken to have",
+                crate::MAX_CPU_ID
+            ),
+        });
+    }
     let mut out = hwlocality::cpu::cpuset::CpuSet::new();
     for i in set.iter() {
         out.set(i as usize);
     }
-    out
+    Ok(out)
 }
 
 fn local_hwloc() -> Result<hwlocality::topology::Topology> {
@@ -100,7 +114,7 @@ pub fn bind_current_process(cpuset: &CpuSet) -> Result<()> {
     }
     let hw = local_hwloc()?;
     hw.bind_cpu(
-        &hwloc_cpuset(cpuset),
+        &hwloc_cpuset(cpuset)?,
         hwlocality::cpu::binding::CpuBindingFlags::PROCESS,
     )
     .map_err(|e| TopologyError::Bind {

@@ -169,17 +169,27 @@ impl Topology {
                         reason,
                     });
                 }
-                builder
-                    .from_xml_file(path)
-                    .map_err(|e| TopologyError::XmlParse {
-                        path: path.clone(),
-                        // hwloc's reason names the file again: as the
-                        // message shows it (quoted and escaped where it
-                        // holds a control character).
-                        reason: e
-                            .to_string()
-                            .replace(&path.display().to_string(), &hpc_io::message::path(path)),
-                    })?
+                // The text just read and checked, not the file again: a file
+                // whose name is not UTF-8 (a name Linux allows) was refused by
+                // hwloc's binding as "not a valid hwloc XML topology: hwloc
+                // file paths can't contain non-Unicode data", and what hwloc
+                // read could differ from what was checked (replaced between).
+                // A text that is not UTF-8 is left to hwloc to read.
+                let built = match std::str::from_utf8(&text) {
+                    // hwlocality says "hwloc rejected the topology data string
+                    // as invalid" of a text it was given: it is the file's.
+                    Ok(xml) => builder
+                        .from_xml(xml)
+                        .map_err(|_| "hwloc rejected its XML as invalid".to_string()),
+                    Err(_) => builder.from_xml_file(path).map_err(|e| e.to_string()),
+                };
+                built.map_err(|e| TopologyError::XmlParse {
+                    path: path.clone(),
+                    // hwloc's reason names the file again: as the
+                    // message shows it (quoted and escaped where it
+                    // holds a control character).
+                    reason: e.replace(&path.display().to_string(), &hpc_io::message::path(path)),
+                })?
             }
             TopologySource::Synthetic(desc) => {
                 crate::budget::check_synthetic(desc)?;

@@ -13,8 +13,9 @@ use crate::CpuSet;
 pub enum TopologySource {
     /// Discovered on the machine this process runs on.
     ThisMachine,
-    /// Loaded from an hwloc XML file (as written by `lstopo file.xml`).
-    Xml(std::path::PathBuf),
+    /// Loaded from an hwloc XML file (as written by `lstopo file.xml`); a path
+    /// that is not UTF-8 is serialised as its bytes ([`hpc_io::serde_path`]).
+    Xml(#[serde(with = "hpc_io::serde_path")] std::path::PathBuf),
     /// Built from an hwloc synthetic description such as `"pack:2 numa:2 core:8 pu:2"`.
     Synthetic(String),
 }
@@ -426,6 +427,27 @@ mod tests {
         );
         let plain = TopologySource::Xml("/tmp/node.xml".into());
         assert_eq!(plain.to_string(), "XML file /tmp/node.xml");
+    }
+
+    /// `hpc topo --json --input` of an XML file whose name is not UTF-8 (a
+    /// name Linux allows): the topology's source did not serialise ("path
+    /// contains invalid UTF-8 characters"), and `serde_json::json!` around it
+    /// panicked. Such a path is written as its bytes and read back exactly; a
+    /// UTF-8 path is still a string.
+    #[test]
+    fn an_xml_path_that_is_not_utf8_goes_through_json_exactly() {
+        use std::os::unix::ffi::OsStrExt as _;
+        let odd = TopologySource::Xml(std::ffi::OsStr::from_bytes(b"/tmp/n\xff.xml").into());
+        let text = serde_json::to_string(&odd).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(serde_json::from_str::<TopologySource>(&text).unwrap(), odd);
+        let _ = serde_json::json!({ "source": odd });
+        let plain = TopologySource::Xml("/tmp/node.xml".into());
+        let text = serde_json::to_string(&plain).unwrap();
+        assert_eq!(text, r#"{"kind":"xml","value":"/tmp/node.xml"}"#);
+        assert_eq!(
+            serde_json::from_str::<TopologySource>(&text).unwrap(),
+            plain
+        );
     }
 
     #[test]

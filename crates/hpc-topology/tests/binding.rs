@@ -287,3 +287,27 @@ fn a_numa_node_beyond_hwlocs_bitmaps_is_not_applied_not_a_panic() {
         other => panic!("{other:?}"),
     }
 }
+
+/// A process binding to a PU hwloc's bitmaps cannot index (`u32::MAX`, past
+/// `c_int::MAX`) panicked in hwlocality ("Bitmap index is out of the accepted
+/// 0..=c_int::MAX range"), and one far past any machine (2^30) was a bitmap of
+/// that many bits made before the system refused it; a thread's binding was
+/// refused by name. Refused, naming the PU and the bound, the binding kept.
+#[test]
+fn a_process_binding_to_a_pu_no_machine_has_is_refused_by_name() {
+    let before = hpc_topology::current_binding().unwrap();
+    for pu in [u32::MAX, 1 << 30, hpc_topology::MAX_CPU_ID + 1] {
+        let set: CpuSet = [0, pu].into_iter().collect();
+        let e = hpc_topology::bind_current_process(&set)
+            .expect_err("bound to a PU no machine has")
+            .to_string();
+        assert!(
+            e.contains(&format!(
+                "PU {pu} is beyond PU {}",
+                hpc_topology::MAX_CPU_ID
+            )),
+            "{e}"
+        );
+    }
+    assert_eq!(hpc_topology::current_binding().unwrap(), before);
+}

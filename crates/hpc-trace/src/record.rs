@@ -92,8 +92,22 @@ struct SpanData {
 struct Fields<'a>(&'a mut Map<String, Value>);
 
 impl Visit for Fields<'_> {
+    /// A value that is not a finite number, which JSON has no number for, is
+    /// the string `NaN`, `inf` or `-inf`: it was `null`, as a field without a
+    /// value, and a NaN residual was told apart from nothing.
     fn record_f64(&mut self, field: &Field, value: f64) {
-        let v = serde_json::Number::from_f64(value).map_or(Value::Null, Value::Number);
+        let v = serde_json::Number::from_f64(value).map_or_else(
+            || {
+                Value::from(if value.is_nan() {
+                    "NaN"
+                } else if value > 0.0 {
+                    "inf"
+                } else {
+                    "-inf"
+                })
+            },
+            Value::Number,
+        );
         self.0.insert(field.name().to_string(), v);
     }
     fn record_i64(&mut self, field: &Field, value: i64) {

@@ -118,6 +118,45 @@ struct State {
     /// [`Sink::set_rank`] was given a rank beyond what the merge takes: the
     /// file is no rank's, and the launcher's rank variable is not read either.
     rank_refused: bool,
+    /// The rank's own file (`rank-<R>.json`) as it was when this process first
+    /// knew its rank `R` (from the launcher's variable at the start, else from
+    /// [`Sink::set_rank`]): a file there that is not that one was put there
+    /// since, while this process ran.
+    seen: Option<(usize, Option<Identity>)>,
+}
+
+/// What tells one file from another exactly: its device and inode, with its
+/// size and its times (an inode freed and made again is not taken for the
+/// same file). Not its modification time alone, which a coarse file-system
+/// clock dates up to a clock tick early: a file written while this process
+/// ran was taken for an earlier run's, and replaced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Identity {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl Identity {
+    fn of(meta: &std::fs::Metadata) -> Identity {
+        use std::os::unix::fs::MetadataExt as _;
+        Identity {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.size(),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
+        }
+    }
+
+    /// The identity of what `path` names now (`None`: nothing).
+    fn at(path: &Path) -> Option<Identity> {
+        std::fs::symlink_metadata(path)
+            .ok()
+            .map(|m| Identity::of(&m))
+    }
 }
 
 /// A process's trace file being written.
@@ -203,6 +242,7 @@ impl Sink {
                 finished: None,
                 aside: None,
                 rank_refused: false,
+                seen: None,
             }),
             dir: dir.to_path_buf(),
             part,
@@ -210,6 +250,11 @@ impl Sink {
             start_ns: monotonic_ns,
             started: job_started(),
         };
+        // The rank its launcher gave it, known before the job is joined: the
+        // rank's file as it is now.
+        if let Some(r) = launcher_rank() {
+            sink.lock().seen = Some((r, Identity::at(&sink.rank_file(r))));
+        }
         {
             let mut st = sink.lock();
             let head = serde_json::to_string(&head).map_err(std::io::Error::from);
@@ -286,6 +331,9 @@ impl Sink {
             };
             st.rank = why.is_none().then_some(rank);
             st.rank_refused = why.is_some();
+            if why.is_none() && st.seen.as_ref().is_none_or(|(r, _)| *r != rank) {
+                st.seen = Some((rank, Identity::at(&self.rank_file(rank))));
+            }
             why
         };
         // Outside the lock: the warning may be recorded into this very file.
@@ -351,10 +399,7 @@ impl Sink {
         // A rank that ended before it learnt its rank (it failed to join the job) is
         // still the rank its launcher started; a process with a label is no rank.
         if st.rank.is_none() && st.label.is_none() && !st.rank_refused {
-            st.rank = std::env::var(hpc_env::RANK)
-                .ok()
-                .and_then(|r| r.trim().parse().ok())
-                .filter(|&r| r <= MAX_RANK);
+            st.rank = launcher_rank();
         }
         let end = End {
             rank: st.rank,
@@ -379,7 +424,8 @@ impl Sink {
         }
         let path = match st.rank {
             Some(r) => {
-                let (path, aside) = self.rank_name(r, job.as_deref());
+                let seen = st.seen.as_ref().filter(|(s, _)| *s == r).map(|(_, i)| i);
+                let (path, aside) = self.rank_name(r, job.as_deref(), seen);
                 st.aside = aside;
                 path
             }
@@ -395,6 +441,11 @@ impl Sink {
 }
 
 impl Sink {
+    /// Rank `r`'s own file in the folder, `rank-<R>.json`.
+    fn rank_file(&self, r: usize) -> PathBuf {
+        self.dir.join(format!("rank-{r}.json"))
+    }
+
     /// The final name of rank `r`'s file, this process's job being `job`:
     /// `rank-<R>.json`, replacing an earlier run's file there (a rerun into
     /// the same folder), but not one written while this job ran: another
@@ -406,16 +457,38 @@ impl Sink {
     /// own name is returned beside it with whether it was this job's (the
     /// merge then refuses the mixture of jobs, or the two files of one rank,
     /// naming them).
-    fn rank_name(&self, r: usize, job: Option<&str>) -> (PathBuf, Option<(PathBuf, bool)>) {
-        let first = self.dir.join(format!("rank-{r}.json"));
+    ///
+    /// Written meanwhile is told exactly where this process knew its rank
+    /// early (`seen`, what the rank's file was then): any other file there
+    /// now was put there since. A file that was there already is this job's
+    /// when it names the launcher's job this process is of; else it was
+    /// written meanwhile only if it is dated at or after the job's start (the
+    /// time between the job's start and this process's knowing its rank).
+    fn rank_name(
+        &self,
+        r: usize,
+        job: Option<&str>,
+        seen: Option<&Option<Identity>>,
+    ) -> (PathBuf, Option<(PathBuf, bool)>) {
+        let first = self.rank_file(r);
         let Ok(meta) = std::fs::symlink_metadata(&first) else {
             return (first, None);
         };
-        let meanwhile = meta.modified().is_ok_and(|m| m >= self.started);
-        if !meanwhile || !meta.is_file() {
+        if !meta.is_file() {
             return (first, None);
         }
-        let same_job = file_job(&first) == Some(job.map(str::to_string));
+        let file_job = file_job(&first);
+        let same_job = file_job == Some(job.map(str::to_string));
+        let meanwhile = match seen {
+            Some(seen) if seen.as_ref() != Some(&Identity::of(&meta)) => true,
+            _ => {
+                (same_job && job.is_some() && job_id().is_some())
+                    || meta.modified().is_ok_and(|m| m >= self.started)
+            }
+        };
+        if !meanwhile {
+            return (first, None);
+        }
         let taken = |p: &Path| std::fs::symlink_metadata(p).is_ok();
         match (1..=SAME_PID_MAX)
             .map(|n| self.dir.join(format!("rank-{r}-{n}.json")))
@@ -432,6 +505,15 @@ impl Sink {
     pub fn aside(&self) -> Option<(PathBuf, bool)> {
         self.lock().aside.clone()
     }
+}
+
+/// The rank the launcher gave this process (its rank variable), if it is one
+/// the merge takes.
+fn launcher_rank() -> Option<usize> {
+    std::env::var(hpc_env::RANK)
+        .ok()
+        .and_then(|r| r.trim().parse().ok())
+        .filter(|&r| r <= MAX_RANK)
 }
 
 /// When this process's job started, as near as this process can tell: under a
@@ -598,6 +680,49 @@ mod tests {
         // The merge refuses the mixture: `crates/hpc-cli/tests/trace.rs`
         // `two_jobs_in_one_trace_folder_at_once_are_told_not_mixed_silently`.
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A rank file put there while this process ran, which a coarse
+    /// file-system clock dated before this process started (a clock tick
+    /// early; here by a second): taken for an earlier run's by its
+    /// modification time, and replaced, the other's timeline lost (pass 20's
+    /// leftover). What the rank's file was when this process knew its rank
+    /// tells it exactly: another file is kept, this one written beside it;
+    /// the file that was there then is still replaced.
+    #[test]
+    fn a_rank_file_put_there_meanwhile_but_dated_earlier_is_kept() {
+        let dir = hpc_test_support::TmpDir::new("hpc-trace", "dated-early");
+        let trace = format!("{}=", hpc_env::TRACE);
+        let early = std::time::SystemTime::now() - std::time::Duration::from_secs(1);
+        let backdate = |p: &Path| {
+            let f = File::options().write(true).open(p).unwrap();
+            f.set_modified(early).unwrap();
+        };
+        // An earlier run's file, there before this process knew its rank.
+        std::fs::write(dir.join("rank-0.json"), "earlier").unwrap();
+        backdate(&dir.join("rank-0.json"));
+        let rerun = Sink::create(&dir, &trace).unwrap();
+        rerun.set_rank(0);
+        assert_eq!(rerun.finish().unwrap().unwrap(), dir.join("rank-0.json"));
+        assert_eq!(rerun.aside(), None);
+        let other = std::fs::read_to_string(dir.join("rank-0.json"))
+            .unwrap()
+            .replacen("\"hpcEnd\":{", "\"hpcEnd\":{\"job\":\"hpc run 98\",", 1);
+        // Another job's, put there (by a rename, as a trace is) after this
+        // process knew its rank, dated a second early.
+        let rank = Sink::create(&dir, &trace).unwrap();
+        rank.set_rank(0);
+        let tmp = dir.join("other.tmp");
+        std::fs::write(&tmp, &other).unwrap();
+        backdate(&tmp);
+        std::fs::rename(&tmp, dir.join("rank-0.json")).unwrap();
+        let done = rank.finish().unwrap().unwrap();
+        assert_eq!(done, dir.join("rank-0-1.json"));
+        assert_eq!(rank.aside(), Some((dir.join("rank-0.json"), false)));
+        assert_eq!(
+            std::fs::read_to_string(dir.join("rank-0.json")).unwrap(),
+            other
+        );
     }
 
     /// A `.part` replaced while the process wrote (here by a link to

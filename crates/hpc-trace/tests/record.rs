@@ -631,3 +631,39 @@ fn a_directory_that_is_a_dangling_link_is_named_so() {
     assert!(!d.join("missing").exists());
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// A span's or an event's field that is not a finite number (a residual that
+/// became NaN, a rate that became infinite: what a timeline is read for)
+/// was recorded as `null`, as a field with no value, and the NaN was told
+/// apart from nothing. It is recorded as the string `"NaN"`, `"inf"` or
+/// `"-inf"`; a finite number stays a number.
+#[test]
+fn a_field_that_is_not_a_finite_number_is_recorded_as_such_not_as_null() {
+    let dir = scratch("nan");
+    let file = record(&dir, 0, || {
+        let _s = tracing::info_span!(
+            "solve",
+            residual = f64::NAN,
+            up = f64::INFINITY,
+            down = f64::NEG_INFINITY,
+            ok = 1.5f64
+        )
+        .entered();
+        tracing::info!(rate = f64::NAN, "step");
+    });
+    let own: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    let events = own["traceEvents"].as_array().unwrap();
+    let solve = events
+        .iter()
+        .find(|e| e["name"] == "solve" && e["ph"] == "X")
+        .unwrap();
+    assert_eq!(solve["args"]["residual"], "NaN", "{solve}");
+    assert_eq!(solve["args"]["up"], "inf", "{solve}");
+    assert_eq!(solve["args"]["down"], "-inf", "{solve}");
+    assert_eq!(solve["args"]["ok"], 1.5, "{solve}");
+    let step = events
+        .iter()
+        .find(|e| e["args"]["rate"] != Value::Null)
+        .unwrap_or_else(|| panic!("no event with its rate: {events:?}"));
+    assert_eq!(step["args"]["rate"], "NaN", "{step}");
+}

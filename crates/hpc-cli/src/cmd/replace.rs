@@ -3,7 +3,6 @@
 use std::ffi::OsString;
 use std::fs::File;
 use std::io::Write as _;
-use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
@@ -37,10 +36,9 @@ pub fn replace_file_with_mode(path: &Path, bytes: &[u8], mode: u32) -> anyhow::R
 }
 
 fn replace(path: &Path, bytes: &[u8], mode: Option<u32>) -> anyhow::Result<()> {
-    // A regular file replaced keeps its permission bits (hostile pass 21: a
-    // trace or page made private, 0600, came back 0644 for everyone to read);
-    // never a set-id bit, on a file this process now owns.
-    let mode = mode.or_else(|| hpc_io::atomic::kept_mode(path));
+    // A regular file replaced keeps its permission bits, by the rename
+    // (`hpc_io::atomic::rename_over`; hostile pass 21: a trace or page made
+    // private, 0600, came back 0644 for everyone to read).
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
@@ -60,10 +58,6 @@ fn replace(path: &Path, bytes: &[u8], mode: Option<u32>) -> anyhow::Result<()> {
     // `shown`: the temporary's name, or `None` while it has none.
     let fill = |f: &mut File, shown: Option<&Path>| -> anyhow::Result<()> {
         f.write_all(bytes)
-            .and_then(|()| match mode {
-                Some(m) => f.set_permissions(std::fs::Permissions::from_mode(m)),
-                None => Ok(()),
-            })
             .and_then(|()| f.sync_all())
             .with_context(|| {
                 // The output named, not only its hidden temporary (hostile
@@ -95,7 +89,11 @@ fn replace(path: &Path, bytes: &[u8], mode: Option<u32>) -> anyhow::Result<()> {
         None => named(&tmp_of, path, &fill)?,
     };
     // Never over a directory, a device or a FIFO of that name.
-    let renamed = hpc_io::atomic::rename_over(&tmp, path);
+    // The mode asked for, else the replaced file's (`rename_over`).
+    let renamed = match mode {
+        Some(m) => hpc_io::atomic::rename_over_with_mode(&tmp, path, m),
+        None => hpc_io::atomic::rename_over(&tmp, path),
+    };
     if renamed.is_err() && hpc_io::atomic::still_at(&f, &tmp) {
         let _ = std::fs::remove_file(&tmp);
     }

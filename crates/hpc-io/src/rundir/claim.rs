@@ -136,16 +136,13 @@ mod tests {
     /// a line break, then the escape that clears the terminal.
     #[test]
     fn a_holder_with_a_control_character_is_quoted_escaped() {
-        let dir = std::env::temp_dir().join(format!("hpc-io-claim-odd-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
+        let dir = crate::test_util::scratch("claim", "odd");
         let out = dir.join("out.json");
         let claim = FileClaim::take(&out, "run A\n\u{1b}[2Jrun B").unwrap();
         let e = FileClaim::take(&out, "x").unwrap_err().to_string();
         assert!(!e.chars().any(char::is_control), "{e:?}");
         assert!(e.contains("by \"run A\\n\\u{1b}[2Jrun B\";"), "{e}");
         drop(claim);
-        fs::remove_dir_all(&dir).unwrap();
     }
 
     /// A file claimed as an output that is a lock a running process holds (a
@@ -153,9 +150,7 @@ mod tests {
     /// the directory while its run still ran. Free again, it is claimed.
     #[test]
     fn a_lock_file_a_running_process_holds_is_not_claimed_as_an_output() {
-        let dir = std::env::temp_dir().join(format!("hpc-io-claim-lock-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
+        let dir = crate::test_util::scratch("claim", "lock");
         let lock = dir.join(super::super::LOCK);
         let held = try_lock_file(&lock).unwrap().unwrap();
         let e = FileClaim::take(&lock, "a trace").unwrap_err();
@@ -167,6 +162,5 @@ mod tests {
         );
         drop(held);
         drop(FileClaim::take(&lock, "a trace").unwrap());
-        fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -1,21 +1,14 @@
 use super::*;
 use crate::message::said;
 
-struct Tmp(PathBuf);
+/// A run directory's path, not made, in a fresh test folder that is removed
+/// with all it holds when dropped (what a test makes beside the run directory
+/// too: `run.victim`).
+struct Tmp(PathBuf, #[allow(dead_code)] crate::test_util::TmpDir);
 impl Tmp {
     fn new(tag: &str) -> Tmp {
-        let p = std::env::temp_dir().join(format!(
-            "hpc-io-rundir-{tag}-{}-{}",
-            std::process::id(),
-            now_ms()
-        ));
-        let _ = fs::remove_dir_all(&p);
-        Tmp(p)
-    }
-}
-impl Drop for Tmp {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
+        let base = crate::test_util::scratch("rundir", tag);
+        Tmp(base.join("run"), base)
     }
 }
 
