@@ -344,6 +344,24 @@ pub fn flag_file(flag: &str, path: &Path) -> String {
     format!("{flag} {}", hpc_io::message::path(path))
 }
 
+/// Where a model's parameters came from, for an error about their values
+/// when `--config FILE` set them: `--config FILE`, with those of `flags`
+/// given (each a flag and whether it was given), which override the file
+/// (`--config FILE with --dt, --seed`). A value of the file that the model
+/// refused was named without the file (`dt must be > 0`).
+pub fn config_source(file: &Path, flags: &[(&str, bool)]) -> String {
+    let given: Vec<&str> = flags
+        .iter()
+        .filter_map(|&(flag, given)| given.then_some(flag))
+        .collect();
+    let file = flag_file("--config", file);
+    if given.is_empty() {
+        file
+    } else {
+        format!("{file} with {}", given.join(", "))
+    }
+}
+
 /// [`hpc_io::read::read_regular_to_string`] of the file a flag names (at most
 /// `max_bytes`, never blocking on a FIFO), its error naming the flag and the
 /// file ([`flag_file`]).

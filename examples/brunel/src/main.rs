@@ -149,30 +149,24 @@ fn params_of(args: &Args) -> Result<Params> {
 /// that the model refused was named without the file (`dt must be > 0`).
 fn params_source(args: &Args) -> Option<String> {
     let file = args.config.as_deref()?;
-    let flags: Vec<&str> = [
-        ("--preset", args.preset.is_some()),
-        ("--order", args.order.is_some()),
-        ("--ce", args.ce.is_some()),
-        ("--ci", args.ci.is_some()),
-        ("--j", args.j.is_some()),
-        ("--g", args.g.is_some()),
-        ("--eta", args.eta.is_some()),
-        ("--delay", args.delay.is_some()),
-        ("--v-reset", args.v_reset.is_some()),
-        ("--t-ref", args.t_ref.is_some()),
-        ("--dt", args.dt.is_some()),
-        ("--t-sim", args.t_sim.is_some()),
-        ("--seed", args.seed.is_some()),
-    ]
-    .into_iter()
-    .filter_map(|(flag, given)| given.then_some(flag))
-    .collect();
-    let file = hpc_spiking::args::flag_file("--config", file);
-    Some(if flags.is_empty() {
-        file
-    } else {
-        format!("{file} with {}", flags.join(", "))
-    })
+    Some(hpc_spiking::args::config_source(
+        file,
+        &[
+            ("--preset", args.preset.is_some()),
+            ("--order", args.order.is_some()),
+            ("--ce", args.ce.is_some()),
+            ("--ci", args.ci.is_some()),
+            ("--j", args.j.is_some()),
+            ("--g", args.g.is_some()),
+            ("--eta", args.eta.is_some()),
+            ("--delay", args.delay.is_some()),
+            ("--v-reset", args.v_reset.is_some()),
+            ("--t-ref", args.t_ref.is_some()),
+            ("--dt", args.dt.is_some()),
+            ("--t-sim", args.t_sim.is_some()),
+            ("--seed", args.seed.is_some()),
+        ],
+    ))
 }
 
 fn run(args: Args, on_signal: &hpc_spiking::stop::OnSignal) -> Result<()> {

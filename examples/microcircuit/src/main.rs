@@ -118,25 +118,19 @@ fn params_of(args: &Args) -> Result<Params> {
 /// that the model refused was named without the file.
 fn params_source(args: &Args) -> Option<String> {
     let file = args.config.as_deref()?;
-    let flags: Vec<&str> = [
-        ("--n-scaling", args.n_scaling.is_some()),
-        ("--k-scaling", args.k_scaling.is_some()),
-        ("--t-sim", args.t_sim.is_some()),
-        ("--t-presim", args.t_presim.is_some()),
-        ("--seed", args.seed.is_some()),
-        ("--poisson", args.poisson),
-        ("--dc", args.dc),
-        ("--thalamic", args.thalamic),
-    ]
-    .into_iter()
-    .filter_map(|(flag, given)| given.then_some(flag))
-    .collect();
-    let file = hpc_spiking::args::flag_file("--config", file);
-    Some(if flags.is_empty() {
-        file
-    } else {
-        format!("{file} with {}", flags.join(", "))
-    })
+    Some(hpc_spiking::args::config_source(
+        file,
+        &[
+            ("--n-scaling", args.n_scaling.is_some()),
+            ("--k-scaling", args.k_scaling.is_some()),
+            ("--t-sim", args.t_sim.is_some()),
+            ("--t-presim", args.t_presim.is_some()),
+            ("--seed", args.seed.is_some()),
+            ("--poisson", args.poisson),
+            ("--dc", args.dc),
+            ("--thalamic", args.thalamic),
+        ],
+    ))
 }
 
 /// The exchange the run uses: `--exchange` between the ranks of `world`.
