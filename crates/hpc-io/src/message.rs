@@ -377,6 +377,23 @@ fn cut_lines(text: &str, limit: usize, keep: impl Fn(usize) -> usize) -> std::bo
     lines.join("\n").into()
 }
 
+/// Formats a byte count with binary units (`32.0 GiB`, `256 KiB`): the one
+/// form every message of a size takes (`hpc_topology::format_bytes` is this).
+pub fn format_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit >= 3 || value.fract() != 0.0 {
+        format!("{value:.1} {}", UNITS[unit])
+    } else {
+        format!("{value} {}", UNITS[unit])
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

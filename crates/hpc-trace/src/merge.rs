@@ -75,6 +75,19 @@ pub enum MergeError {
         /// The finished process files beside them.
         finished: usize,
     },
+    /// The files to merge would need more memory than this machine has
+    /// available ([`check_memory`]): they are read and parsed whole, and more
+    /// than the machine holds ended the merge killed for its memory, without
+    /// a word (a rank's file may hold up to a GiB).
+    #[error("{what} would need about {} of memory, {}", hpc_io::message::format_bytes(*.need), match .available { Some(a) => format!("but {} is available (MemAvailable)", hpc_io::message::format_bytes(*a)), None => "more than this process can address".to_string() })]
+    Memory {
+        /// What would need it: the files, their folder and their size.
+        what: String,
+        /// The memory it would need, in bytes (saturated).
+        need: u64,
+        /// The memory available (`None`: more than the process can address).
+        available: Option<u64>,
+    },
     /// A process of this machine is still writing its file (the job still runs).
     #[error("{path} is not finished yet: its process (pid {pid}) still runs on this machine; merge once the job has ended", path = hpc_io::message::path(path))]
     Running {
@@ -317,6 +330,32 @@ fn list(dir: &Path) -> Result<Vec<PathBuf>, MergeError> {
     Ok(files)
 }
 
+/// About how many bytes of memory a byte of a trace's JSON takes while it is
+/// merged or drawn: the text read whole, the tree of values parsed from it
+/// (about 12 times the text: 620 MB for a trace of 52 MB), and the text written.
+pub const MEMORY_PER_TRACE_BYTE: u64 = 16;
+
+/// Refuses to read `bytes` of traces (`what`: the files, as a message names
+/// them) whose merge or drawing would need more memory
+/// ([`MEMORY_PER_TRACE_BYTE`] a byte) than this machine has available
+/// (`MemAvailable`) or than this process can address, before anything is read.
+pub fn check_memory(what: &str, bytes: u64) -> Result<(), MergeError> {
+    let need = bytes.saturating_mul(MEMORY_PER_TRACE_BYTE);
+    let available = if need > isize::MAX as u64 {
+        None
+    } else {
+        match hpc_io::read::mem_available() {
+            Some(a) if need > a => Some(a),
+            _ => return Ok(()),
+        }
+    };
+    Err(MergeError::Memory {
+        what: what.to_string(),
+        need,
+        available,
+    })
+}
+
 /// The lines of events in the unfinished file `path` (0 if it cannot be read).
 fn event_lines(path: &Path) -> usize {
     let text = hpc_io::read::read_regular(path, MAX_FILE_BYTES).unwrap_or_default();
@@ -383,7 +422,22 @@ pub fn is_process_file(name: &str) -> bool {
 pub fn merge_dir(dir: &Path) -> Result<Merged, MergeError> {
     let mut ranks: BTreeMap<usize, (PathBuf, File)> = BTreeMap::new();
     let mut others: Vec<(PathBuf, File)> = Vec::new();
-    for path in list(dir)? {
+    let paths = list(dir)?;
+    // Hostile pass 21: the files were read and parsed whole, whatever their sum.
+    let bytes = paths
+        .iter()
+        .filter_map(|p| std::fs::metadata(p).ok())
+        .fold(0u64, |sum, m| sum.saturating_add(m.len()));
+    check_memory(
+        &format!(
+            "merging the {} trace file(s) of {} ({})",
+            paths.len(),
+            hpc_io::message::path(dir),
+            hpc_io::message::format_bytes(bytes)
+        ),
+        bytes,
+    )?;
+    for path in paths {
         let f = read(&path)?;
         match f.end.rank {
             Some(r) if r > MAX_RANK => {

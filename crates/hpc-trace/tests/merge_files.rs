@@ -152,3 +152,37 @@ fn a_process_file_that_cannot_be_read_is_named_once() {
     assert!(e.contains("is a character device"), "{e}");
     assert_eq!(e.matches(&shown).count(), 1, "{e}");
 }
+
+/// A folder whose files sum to more than the machine's memory could merge
+/// (16 bytes a byte of JSON) is refused by the library before any file is
+/// read, naming the files, their folder and the memory: the files were read
+/// and parsed whole whatever their sum, and the merge ended killed for its
+/// memory without a word (the `hpc trace merge` command checked it; a program
+/// calling `merge_dir` did not). Sparse files: nothing is written to disk.
+#[test]
+fn a_folder_beyond_the_memory_is_refused_before_it_is_read() {
+    let dir = hpc_test_support::TmpDir::new("hpc-trace", "merge-memory");
+    let available = hpc_io::read::mem_available().expect("MemAvailable");
+    let each = 1u64 << 30;
+    let n = available / each / hpc_trace::merge::MEMORY_PER_TRACE_BYTE + 2;
+    for r in 0..n {
+        std::fs::File::create(dir.join(format!("rank-{r}.json")))
+            .unwrap()
+            .set_len(each)
+            .unwrap();
+    }
+    let e = hpc_trace::merge::merge_dir(&dir).unwrap_err();
+    assert!(
+        matches!(e, hpc_trace::merge::MergeError::Memory { .. }),
+        "{e}"
+    );
+    let text = e.to_string();
+    for part in [
+        format!("merging the {n} trace file(s) of "),
+        format!("({n}.0 GiB) would need about"),
+        "of memory, but".to_string(),
+        "is available (MemAvailable)".to_string(),
+    ] {
+        assert!(text.contains(&part), "{text}");
+    }
+}

@@ -177,43 +177,15 @@ fn claim_output(output: &Path, what: &str) -> Result<hpc_io::rundir::FileClaim, 
 
 /// Merges `dir`; an error names the file at fault.
 fn merge(dir: &Path) -> anyhow::Result<hpc_trace::merge::Merged> {
-    // Hostile pass 21: the files (up to a GiB each) were read and parsed
-    // whole, whatever their sum: more than the machine holds ended the merge
-    // killed for its memory, without a word.
-    let (mut files, mut bytes) = (0usize, 0u64);
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        for e in entries.flatten() {
-            let name = e.file_name();
-            let is_trace = name.to_str().is_some_and(hpc_trace::merge::is_process_file);
-            if let Some(m) = std::fs::metadata(e.path())
-                .ok()
-                .filter(|m| is_trace && m.is_file())
-            {
-                files += 1;
-                bytes = bytes.saturating_add(m.len());
-            }
-        }
-    }
-    check_trace_memory(
-        &format!(
-            "merging the {files} trace file(s) of {} ({})",
-            hpc_io::message::path(dir),
-            hpc_topology::format_bytes(bytes)
-        ),
-        bytes,
-    )?;
+    // The sum of the files is checked against the memory first (hostile
+    // pass 21), by the library.
     hpc_trace::merge::merge_dir(dir).map_err(|e| UsageError(e.to_string()).into())
 }
 
-/// About how many bytes of memory a byte of a trace's JSON takes while it is
-/// merged or drawn: the text read whole, the tree of values parsed from it
-/// (about 12 times the text: 620 MB for a trace of 52 MB), and the text written.
-const MEMORY_PER_TRACE_BYTE: u128 = 16;
-
 /// Refuses to read `bytes` of traces (`what`) that would need more memory
-/// than this machine has available ([`super::check_memory`]).
+/// than this machine has available ([`hpc_trace::merge::check_memory`]).
 fn check_trace_memory(what: &str, bytes: u64) -> Result<(), UsageError> {
-    super::check_memory(what, u128::from(bytes) * MEMORY_PER_TRACE_BYTE)
+    hpc_trace::merge::check_memory(what, bytes).map_err(|e| UsageError(e.to_string()))
 }
 
 /// Refuses an output that is one of the files the merge of `dir` reads: the
