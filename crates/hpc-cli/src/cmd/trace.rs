@@ -132,14 +132,16 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
                 }
             }
             if let Some(m) = std::fs::metadata(&file).ok().filter(|m| m.is_file()) {
-                check_trace_memory(
+                // The memory a trace needs, as the library's merge checks it.
+                hpc_trace::merge::check_memory(
                     &format!(
                         "drawing {} ({})",
                         hpc_io::message::path(&file),
-                        hpc_topology::format_bytes(m.len())
+                        hpc_io::message::format_bytes(m.len())
                     ),
                     m.len(),
-                )?;
+                )
+                .map_err(|e| UsageError(e.to_string()))?;
             }
             let bytes = hpc_io::read::read_regular(&file, MAX_TRACE_BYTES)
                 .map_err(|e| UsageError(e.to_string()))?;
@@ -180,12 +182,6 @@ fn merge(dir: &Path) -> anyhow::Result<hpc_trace::merge::Merged> {
     // The sum of the files is checked against the memory first (hostile
     // pass 21), by the library.
     hpc_trace::merge::merge_dir(dir).map_err(|e| UsageError(e.to_string()).into())
-}
-
-/// Refuses to read `bytes` of traces (`what`) that would need more memory
-/// than this machine has available ([`hpc_trace::merge::check_memory`]).
-fn check_trace_memory(what: &str, bytes: u64) -> Result<(), UsageError> {
-    hpc_trace::merge::check_memory(what, bytes).map_err(|e| UsageError(e.to_string()))
 }
 
 /// Refuses an output that is one of the files the merge of `dir` reads: the
